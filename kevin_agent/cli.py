@@ -1,0 +1,64 @@
+"""The ``kevin`` command. Each subcommand lives in ``kevin_agent.commands.<name>``.
+
+Command modules import nothing heavy at module level (torch, git, openai, vllm, pygls, textual
+are imported inside ``run``), so ``python -m kevin_agent eval`` works on a bare GPU host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+from kevin_agent.errors import KevinError
+
+# subcommand -> (module under kevin_agent.commands, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "eval": ("eval_cmd", "evaluate a candidate kernel against a task"),
+    "prompt": ("prompt_cmd", "print the turn-0 prompt the model sees for a task"),
+    "optimize": ("optimize_cmd", "write and refine a CUDA kernel for a module with the model"),
+    "runs": ("runs_cmd", "list stored runs"),
+    "show": ("show_cmd", "show a stored run or one of its candidates"),
+    "export": ("export_cmd", "export a run, e.g. as RL training data"),
+    "report": ("report_cmd", "plot a run's speedup per turn (PNG + HTML)"),
+    "diff": ("diff_cmd", "show what accepting a candidate would write"),
+    "accept": ("accept_cmd", "write the winning kernel into the repository and commit it"),
+    "undo": ("undo_cmd", "revert the latest kevin-agent commit"),
+    "lsp": ("lsp_cmd", "run the language server (stdio)"),
+    "tui": ("tui_cmd", "open the terminal UI"),
+}
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kevin",
+        description="Write, verify and commit CUDA kernels for PyTorch modules with the Kevin model.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(f"kevin_agent.commands.{module_name}")
+        sub = subparsers.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(sub)
+        sub.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: returns the exit code (0 ok, 2 user-input error, 3 environment error)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except KevinError as err:
+        print(f"kevin {args.command}: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print(f"kevin {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""The data that flows through kevin-agent: tasks, candidates, verdicts.
+
+Plain dataclasses that serialise to JSON (``to_dict`` / ``from_dict``). Failures are data:
+a ``Verdict`` with ``ok=False`` carries strings, never exception objects. This module imports
+only the standard library so it loads on a bare GPU host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Stage(str, enum.Enum):
+    """How far a candidate got. Ordered: each stage needs the ones before it."""
+
+    FORMAT = "format"  # the model's reply could be parsed into code
+    STATIC = "static"  # static checks (reward-hack rules)
+    COMPILE = "compile"  # nvcc / g++ through torch's build path
+    LOAD = "load"  # module import, ModelNew construction, first run
+    CORRECTNESS = "correctness"  # matched the reference on fresh inputs
+    TIMING = "timing"  # timed against eager and torch.compile
+
+    @property
+    def order(self) -> int:
+        return list(Stage).index(self)
+
+
+@dataclass(frozen=True)
+class TaskOrigin:
+    """Where a task came from in the user's code (1-based, inclusive lines)."""
+
+    path: str
+    class_name: str
+    start_line: int
+    end_line: int
+
+
+@dataclass(frozen=True)
+class Task:
+    """A self-contained, KernelBench-shaped task.
+
+    ``source`` defines ``class Model(nn.Module)`` plus module-level ``get_inputs()`` and
+    ``get_init_inputs()``, and only the helpers, constants and imports the class needs.
+    """
+
+    source: str
+    class_name: str
+    origin: TaskOrigin | None = None
+    inputs_from: str = "module functions"  # or "static methods"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Task:
+        origin = raw.get("origin")
+        return cls(
+            source=raw["source"],
+            class_name=raw["class_name"],
+            origin=TaskOrigin(**origin) if origin else None,
+            inputs_from=raw.get("inputs_from", "module functions"),
+        )
+
+
+@dataclass
+class Candidate:
+    """One model response, split into reasoning, code and summary."""
+
+    trajectory: int
+    turn: int
+    response: str = ""
+    reasoning: str = ""
+    code: str | None = None
+    summary: str = ""
+    finish_reason: str = "stop"
+    parse_error: str | None = None  # set when the reply could not be parsed (format verdict)
+    tokens: int = 0
+    id: str = ""  # store id, "t{trajectory}.{turn}" by convention
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Candidate:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in names})
+
+
+@dataclass
+class TimingStats:
+    """Milliseconds over ``trials`` timed runs."""
+
+    median_ms: float
+    mean_ms: float
+    min_ms: float
+    max_ms: float
+    iqr_ms: float
+    trials: int
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range relative to the median."""
+        return self.iqr_ms / self.median_ms if self.median_ms > 0 else 0.0
+
+
+@dataclass
+class VerdictDetails:
+    """Numbers and evidence for the user. Every field is optional."""
+
+    # correctness
+    trials_passed: int | None = None
+    trials_total: int | None = None
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    # timing
+    eager: TimingStats | None = None
+    compiled: TimingStats | None = None  # torch.compile reference
+    kernel: TimingStats | None = None
+    torch_compile_seconds: float | None = None  # time torch.compile took to build, reported apart
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    # speed of light
+    flops: float | None = None
+    bytes_moved: float | None = None
+    sol_ms: float | None = None
+    sol_fraction: float | None = None
+    suspicious: bool = False
+    suspicious_reasons: list[str] = field(default_factory=list)
+    # build
+    build_seconds: float | None = None
+    cache_hit: bool | None = None
+    build_log_path: str | None = None
+    build_path: str | None = None  # "split" (fast path) or "whole" (fallback)
+    compiler_errors: str | None = None
+    # static
+    static_rule: str | None = None
+    # run-time failure
+    error: str | None = None
+    # environment
+    gpu_name: str | None = None
+    torch_version: str | None = None
+    cuda_version: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> VerdictDetails:
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in raw.items() if k in names}
+        for key in ("eager", "compiled", "kernel"):
+            if isinstance(values.get(key), dict):
+                values[key] = TimingStats(**values[key])
+        return cls(**values)
+
+
+@dataclass
+class Verdict:
+    """The evaluator's judgement of one candidate.
+
+    ``stage`` is the last stage reached; ``ok`` says whether it passed. ``message`` is Kevin's
+    feedback wording for the model; ``details`` are for the user.
+    """
+
+    stage: Stage
+    ok: bool
+    message: str
+    details: VerdictDetails = field(default_factory=VerdictDetails)
+
+    @property
+    def correct(self) -> bool:
+        """Passed the correctness stage (whether or not it was timed)."""
+        return self.stage.order > Stage.CORRECTNESS.order or (
+            self.stage is Stage.CORRECTNESS and self.ok
+        )
+
+    @property
+    def speedup(self) -> float:
+        """Speedup over eager, 0 when not correct or not timed (Kevin's convention)."""
+        if not self.correct or self.details.speedup_vs_eager is None:
+            return 0.0
+        return self.details.speedup_vs_eager
+
+    @property
+    def counts_as_best(self) -> bool:
+        """Correct, timed and not flagged suspicious."""
+        return self.correct and self.stage is Stage.TIMING and self.ok and not self.details.suspicious
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage.value,
+            "ok": self.ok,
+            "correct": self.correct,
+            "message": self.message,
+            "details": self.details.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Verdict:
+        return cls(
+            stage=Stage(raw["stage"]),
+            ok=bool(raw["ok"]),
+            message=raw.get("message", ""),
+            details=VerdictDetails.from_dict(raw.get("details") or {}),
+        )

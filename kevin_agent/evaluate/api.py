@@ -1,0 +1,48 @@
+"""The evaluator seam the loop and the faces use; the real one lives in ``evaluate.evaluator``.
+
+Tests without a GPU inject a double that implements the same ``Evaluator`` protocol.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Protocol, Sequence
+
+from kevin_agent.data import Task, Verdict
+
+VerdictCallback = Callable[[int, Verdict], None]  # (index into the batch, verdict)
+QueueCallback = Callable[[int, int], None]  # (waiting to compile, waiting for the GPU)
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """Knobs of one evaluation. Defaults follow KEVIN.md's measurement practice."""
+
+    correctness_trials: int = 5
+    timing_trials: int = 100
+    warmup_trials: int = 10
+    compile_only: bool = False
+    with_torch_compile: bool = True  # also time the torch.compile reference
+    compile_timeout_s: float = 300.0
+    run_timeout_s: float = 180.0  # per candidate in the GPU worker
+    arch: Optional[str] = None  # TORCH_CUDA_ARCH_LIST value; detected from the device when None
+    cache_dir: Optional[Path] = None  # build cache; default ~/.cache/kevin-agent/build
+    seed: int = 42
+
+
+class Evaluator(Protocol):
+    """Judges candidate sources against a task. Never raises for a bad candidate."""
+
+    def evaluate(
+        self,
+        task: Task,
+        codes: Sequence[str],
+        *,
+        on_verdict: Optional[VerdictCallback] = None,
+        on_queue: Optional[QueueCallback] = None,
+        cancel: Optional[threading.Event] = None,
+    ) -> list[Verdict]:
+        """Static checks, parallel compile, then GPU runs one at a time; one verdict per code."""
+        ...

@@ -1,0 +1,92 @@
+"""UI-neutral events the core emits; every face (CLI, LSP, TUI) renders them its own way."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Union
+
+from kevin_agent.data import Candidate, Verdict
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    run_id: str
+    class_name: str
+    trajectories: int
+    turns: int
+
+
+@dataclass(frozen=True)
+class TurnStarted:
+    run_id: str
+    turn: int
+
+
+@dataclass(frozen=True)
+class TokensGenerated:
+    """Streaming progress: total tokens generated so far in this turn, per trajectory."""
+
+    run_id: str
+    turn: int
+    tokens_by_trajectory: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CandidateGenerated:
+    run_id: str
+    candidate: Candidate
+
+
+@dataclass(frozen=True)
+class QueueChanged:
+    """How many candidates wait to compile and to be timed on the GPU."""
+
+    run_id: str
+    compiling: int
+    timing: int
+
+
+@dataclass(frozen=True)
+class VerdictReady:
+    run_id: str
+    candidate: Candidate
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class TurnDone:
+    run_id: str
+    turn: int
+    best_speedup: float  # best speedup vs eager so far, 0 when nothing correct yet
+
+
+@dataclass(frozen=True)
+class RunDone:
+    run_id: str
+    best: Candidate | None
+    best_verdict: Verdict | None
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class RunFailed:
+    run_id: str
+    message: str  # one line for the user
+
+
+Event = Union[
+    RunStarted,
+    TurnStarted,
+    TokensGenerated,
+    CandidateGenerated,
+    QueueChanged,
+    VerdictReady,
+    TurnDone,
+    RunDone,
+    RunFailed,
+]
+EventSink = Callable[[Event], None]
+
+
+def ignore_events(event: Event) -> None:
+    """An EventSink that drops everything."""

@@ -1,0 +1,38 @@
+"""Kevin's feedback wording for the model, one function per evaluation outcome (KEVIN.md)."""
+
+from __future__ import annotations
+
+
+def format_error(problem: str) -> str:
+    return f"Your answer could not be parsed (format error): {problem}"
+
+
+def static_error(reason: str) -> str:
+    return f"Your answer was rejected by the static checks before compiling: {reason}"
+
+
+def compile_error(errors: str) -> str:
+    return f"Your answer failed to compile. Compiler errors:\n{errors.strip()}"
+
+
+def runtime_error(error: str) -> str:
+    return f"Your answer compiled but raised an error at run time:\n{error.strip()}"
+
+
+def incorrect(mismatch: str) -> str:
+    return f"Your answer was incorrect: {mismatch.strip()}"
+
+
+def correct(speedup: float) -> str:
+    return (
+        f"Your answer was correct, with a speedup of {speedup:.2f}x over the PyTorch baseline "
+        "(eager). It can be made faster."
+    )
+
+
+def correct_untimed() -> str:
+    return "Your answer was correct; it was not timed."
+
+
+def compiled_only() -> str:
+    return "Your answer compiled; it was not run."

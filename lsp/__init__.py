@@ -1,0 +1,1 @@
+"""Language server (installed as kevin_agent.lsp)."""

@@ -1,0 +1,1 @@
+"""Terminal UI (installed as kevin_agent.tui)."""
