@@ -10,7 +10,11 @@ import pytest
 # Compiling CUDA without a GPU needs an explicit architecture (torch looks for a device otherwise).
 os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
 if not os.environ.get("CUDA_HOME") and shutil.which("nvcc"):
-    os.environ["CUDA_HOME"] = os.path.dirname(os.path.dirname(os.path.realpath(shutil.which("nvcc"))))
+    _home = os.path.dirname(os.path.dirname(os.path.realpath(shutil.which("nvcc"))))
+    # /usr/local/bin/nvcc may be a wrapper script: only a directory with the headers is a toolkit
+    if not os.path.isfile(os.path.join(_home, "include", "cuda_runtime.h")) and os.path.isdir("/usr/local/cuda"):
+        _home = "/usr/local/cuda"
+    os.environ["CUDA_HOME"] = _home
 
 
 def _has_cuda() -> bool:
@@ -23,12 +27,12 @@ def _has_cuda() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect (not skip) GPU tests where there is no GPU, so no skip is counted as a pass."""
-    if _has_cuda():
-        return
+    """Deselect (not skip) tests that cannot apply here, so no skip is counted as a pass:
+    ``gpu`` tests where there is no GPU, ``nogpu`` tests (about behaviour without one) where there is."""
+    unwanted = "nogpu" if _has_cuda() else "gpu"
     kept, dropped = [], []
     for item in items:
-        (dropped if item.get_closest_marker("gpu") else kept).append(item)
+        (dropped if item.get_closest_marker(unwanted) else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept

@@ -1,1 +1,1 @@
-"""Terminal UI (installed as kevin_agent.tui)."""
+"""Terminal UI (installed as kevin_agent.tui): ``kevin tui [PATH]``; build with app.create_app."""

@@ -1,15 +1,31 @@
-"""Placeholder: filled in by the issue that owns this command."""
+"""``kevin diff RUN [CANDIDATE]``: the unified diff of what ``kevin accept`` would write."""
 
 from __future__ import annotations
 
 import argparse
-
-from kevin_agent.errors import UserInputError
+import sys
+from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs="*")
+    parser.add_argument("run", help="run id, or `latest`")
+    parser.add_argument("candidate", nargs="?", help="candidate id, e.g. t1.3 (default: the run's best)")
+    parser.add_argument("--target-dir", type=Path, metavar="DIR",
+                        help="where the files would go (default: next to the module)")
 
 
 def run(args: argparse.Namespace) -> int:
-    raise UserInputError("this command is not built yet")
+    from kevin_agent.accept import plan_accept
+    from kevin_agent.store import RunStore
+
+    store = RunStore.for_path(Path.cwd())
+    try:
+        record = store.load_run(args.run)
+    finally:
+        store.close()
+    plan = plan_accept(record, args.candidate, target_dir=args.target_dir)
+    text = plan.diff(color=sys.stdout.isatty())
+    if not text:
+        print("nothing to change: the files are already there with this content", file=sys.stderr)
+    sys.stdout.write(text)
+    return 0

@@ -1,15 +1,128 @@
-"""Placeholder: filled in by the issue that owns this command."""
+"""``kevin eval TASK CANDIDATE.py``: judge one candidate kernel and print its verdict.
+
+Exit 0 whenever it evaluated (any verdict), 2 for bad input, 3 for a missing CUDA device or nvcc.
+Standard library at module level only: runs with just torch on a bare GPU host.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
+from pathlib import Path
 
+from kevin_agent.data import TimingStats, Verdict
 from kevin_agent.errors import UserInputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs="*")
+    parser.add_argument("task", metavar="TASK", help="FILE.py::Class, or FILE.py holding one nn.Module")
+    parser.add_argument("candidate", metavar="CANDIDATE.py", help="a Kevin-format answer (class ModelNew)")
+    parser.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
+    parser.add_argument("--compile-only", action="store_true", help="stop after compiling (no GPU needed)")
+    parser.add_argument("--trials", type=_positive, default=None, metavar="N",
+                        help="correctness trials on fresh inputs (default 5)")
+    parser.add_argument("--timing-trials", type=_positive, default=None, metavar="N",
+                        help="timed runs per variant (default 100)")
+    parser.add_argument("--no-torch-compile", action="store_true", help="do not time the torch.compile reference")
+    parser.add_argument("--arch", default=None, metavar="9.0",
+                        help="CUDA architecture to build for (default: the device's)")
+    parser.add_argument("--cache", default=None, metavar="DIR", help="build cache directory")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def read_candidate(path_text: str) -> str:
+    """The candidate's source, or a one-line UserInputError."""
+    path = Path(path_text)
+    if not path.exists():
+        raise UserInputError(f"candidate file not found: {path_text}")
+    if path.is_dir():
+        raise UserInputError(f"candidate is a directory, not a file: {path_text}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserInputError(f"cannot read candidate {path_text}: {getattr(err, 'strerror', None) or err}") from None
+
+
+def _arch(text: str | None) -> str | None:
+    if text is not None and not re.fullmatch(r"\d+\.\d+(\+PTX)?([ ;]\d+\.\d+(\+PTX)?)*", text):
+        raise UserInputError(f"--arch {text!r} is not a CUDA architecture such as 9.0")
+    return text
 
 
 def run(args: argparse.Namespace) -> int:
-    raise UserInputError("this command is not built yet")
+    from kevin_agent.evaluate.api import EvalSettings
+    from kevin_agent.evaluate.evaluator import CudaEvaluator
+    from kevin_agent.task import load_task
+
+    task = load_task(args.task)
+    code = read_candidate(args.candidate)
+    defaults = EvalSettings()
+    settings = EvalSettings(
+        correctness_trials=args.trials or defaults.correctness_trials,
+        timing_trials=args.timing_trials or defaults.timing_trials,
+        compile_only=args.compile_only,
+        with_torch_compile=not args.no_torch_compile,
+        arch=_arch(args.arch),
+        cache_dir=Path(args.cache).expanduser() if args.cache else None,
+    )
+    evaluator = CudaEvaluator(settings)
+    try:
+        evaluator.check_environment()
+        verdict = evaluator.evaluate(task, [code])[0]
+    finally:
+        evaluator.close()
+    print(json.dumps(verdict.to_dict(), indent=2) if args.json else render_verdict(verdict))
+    return 0
+
+
+def _ms(stats: TimingStats | None) -> str | None:
+    if stats is None:
+        return None
+    return f"{stats.median_ms:.4g} ms (IQR {stats.iqr_ms:.2g} ms, {stats.spread:.1%}; {stats.trials} trials)"
+
+
+def render_verdict(verdict: Verdict) -> str:
+    """A readable, plain-text verdict for the terminal."""
+    d = verdict.details
+    status = "passed" if verdict.ok else "FAILED"
+    lines = [f"stage: {verdict.stage.value} ({status}){'  correct' if verdict.correct else ''}", "", verdict.message, ""]
+    if d.static_rule:
+        lines.append(f"static rule: {d.static_rule}")
+    if d.trials_total is not None:
+        lines.append(f"correctness: {d.trials_passed}/{d.trials_total} trials passed")
+    if d.max_abs_error is not None:
+        lines.append(f"errors: max abs {d.max_abs_error:.3g}, max rel {(d.max_rel_error or 0):.3g}"
+                     + (f" (atol {d.atol:g}, rtol {d.rtol:g})" if d.atol is not None and d.rtol is not None else ""))
+    for label, stats in (("kernel", d.kernel), ("eager", d.eager), ("torch.compile", d.compiled)):
+        if _ms(stats):
+            lines.append(f"{label}: {_ms(stats)}")
+    if d.torch_compile_seconds is not None:
+        lines.append(f"torch.compile build: {d.torch_compile_seconds:.1f} s")
+    if d.speedup_vs_eager is not None:
+        vs_compile = f", {d.speedup_vs_compile:.2f}x vs torch.compile" if d.speedup_vs_compile is not None else ""
+        lines.append(f"speedup: {d.speedup_vs_eager:.2f}x vs eager{vs_compile}")
+    if d.sol_fraction is not None:
+        sol_ms = f" of peak ({d.sol_ms:.4g} ms at speed of light)" if d.sol_ms is not None else ""
+        lines.append(f"speed of light: {d.sol_fraction:.1%}{sol_ms}")
+    if d.suspicious:
+        lines.append("SUSPICIOUS: " + ("; ".join(d.suspicious_reasons) or "flagged") + " (not counted as best)")
+    if d.build_seconds is not None:
+        hit = "cache hit" if d.cache_hit else "built"
+        lines.append(f"build: {d.build_seconds:.2f} s ({hit}{', ' + d.build_path if d.build_path else ''})")
+    if d.build_log_path:
+        lines.append(f"build log: {d.build_log_path}")
+    if d.gpu_name:
+        versions = ", ".join(x for x in (f"torch {d.torch_version}" if d.torch_version else "",
+                                         f"CUDA {d.cuda_version}" if d.cuda_version else "") if x)
+        lines.append(f"gpu: {d.gpu_name}" + (f" ({versions})" if versions else ""))
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,15 +1,38 @@
-"""Placeholder: filled in by the issue that owns this command."""
+"""``kevin prompt TASK [--gpu NAME]``: print the turn-0 prompt the model sees for a task."""
 
 from __future__ import annotations
 
 import argparse
-
-from kevin_agent.errors import UserInputError
+import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs="*")
+    parser.add_argument("task", metavar="TASK", help="FILE.py::ClassName, or FILE.py with one module")
+    parser.add_argument(
+        "--gpu", metavar="NAME", default=None,
+        help="GPU named in the prompt (default: this machine's GPU, else [tool.kevin] target_gpu)",
+    )
+    parser.add_argument(
+        "--tokens", action="store_true",
+        help="also print the prompt's token count (model tokenizer if cached, else an estimate) to stderr",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    raise UserInputError("this command is not built yet")
+    import os
+
+    from kevin_agent.config import load_config, resolve_backend_settings
+    from kevin_agent.prompts import target_gpu_name, turn0_prompt
+    from kevin_agent.task import load_task
+
+    task = load_task(args.task)
+    settings = resolve_backend_settings({}, os.environ, load_config(None))
+    gpu = target_gpu_name(args.gpu, settings.target_gpu)
+    prompt = turn0_prompt(task, gpu)
+    sys.stdout.write(prompt)
+    if args.tokens:
+        from kevin_agent.tokens import counter_kind, make_token_counter
+
+        counter = make_token_counter(settings.model)
+        print(f"{counter(prompt)} tokens ({counter_kind(counter)}, {settings.model})", file=sys.stderr)
+    return 0

@@ -1,15 +1,38 @@
-"""Placeholder: filled in by the issue that owns this command."""
+"""``kevin runs``: list the runs stored in this repository's ``.kevin/runs.sqlite``."""
 
 from __future__ import annotations
 
 import argparse
 
-from kevin_agent.errors import UserInputError
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs="*")
+    parser.add_argument("--json", action="store_true", help="print the list as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
-    raise UserInputError("this command is not built yet")
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from rich.table import Table
+
+    from kevin_agent.progress import stdout_console
+    from kevin_agent.store import RunStore
+
+    store = RunStore.for_path(Path.cwd())
+    runs = store.list_runs()
+    if args.json:
+        print(json.dumps([dataclasses.asdict(r) for r in runs], indent=2))
+        return 0
+    if not runs:
+        print(f"no runs stored in {store.path}; start one with `kevin optimize FILE.py::Class`")
+        return 0
+    table = Table(title=f"runs in {store.path}", title_justify="left")
+    for name in ("run", "module", "created", "status", "candidates", "best vs eager"):
+        table.add_column(name)
+    for r in runs:
+        best = "-" if r.best_speedup is None else f"{r.best_speedup:.2f}x"
+        module = f"{r.source_path}::{r.class_name}" if r.source_path else r.class_name
+        table.add_row(r.run_id, module, r.created, r.status, str(r.candidates), best)
+    stdout_console().print(table)
+    return 0

@@ -1,15 +1,66 @@
-"""Placeholder: filled in by the issue that owns this command."""
+"""``kevin show RUN [CANDIDATE]``: a stored run's candidates, or one candidate in full."""
 
 from __future__ import annotations
 
 import argparse
-
-from kevin_agent.errors import UserInputError
+from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs="*")
+    parser.add_argument("run_id", metavar="RUN", help="a run id (or a unique prefix), or 'latest'")
+    parser.add_argument("candidate", nargs="?", metavar="CANDIDATE",
+                        help="a candidate id such as t0.2 (trajectory 0, turn 2)")
+    parser.add_argument("--reasoning", action="store_true",
+                        help="with CANDIDATE: also print the model's full response and reasoning")
+
+
+def _detail_lines(details: Any) -> list[str]:
+    lines = []
+    for key, value in details.to_dict().items():
+        if value is None or value == [] or (key == "suspicious" and value is False):
+            continue
+        if isinstance(value, dict):  # timing statistics
+            value = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                              for k, v in value.items())
+        lines.append(f"  {key}: {value}")
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:
-    raise UserInputError("this command is not built yet")
+    from pathlib import Path
+
+    from kevin_agent.progress import print_run_result, stdout_console
+    from kevin_agent.store import RunStore
+
+    store = RunStore.for_path(Path.cwd())
+    record = store.load_run(args.run_id)
+    if args.candidate is None:
+        origin = record.task.origin
+        where = f"{origin.path}::{origin.class_name}" if origin else record.task.class_name
+        settings = record.settings
+        print(f"run {record.run_id}: {where}, {settings.get('trajectories')} trajectories x "
+              f"{settings.get('turns')} turns, backend {settings.get('backend', {}).get('backend')} "
+              f"({settings.get('backend', {}).get('model')}), status {record.status}, "
+              f"created {record.created}")
+        if record.error:
+            print(f"error: {record.error}")
+        print_run_result(stdout_console(), record)
+        return 0
+    candidate, verdict = record.candidate(args.candidate)
+    print(f"candidate {candidate.id} of run {record.run_id}: trajectory {candidate.trajectory}, "
+          f"turn {candidate.turn}, {candidate.tokens} tokens, finish reason {candidate.finish_reason}")
+    if verdict is None:
+        print("verdict: not evaluated yet (the run was interrupted; `kevin optimize --resume "
+              f"{record.run_id}` evaluates it)")
+    else:
+        print(f"verdict: {verdict.stage.value} {'ok' if verdict.ok else 'failed'}")
+        print(verdict.message)
+        print("details:")
+        print("\n".join(_detail_lines(verdict.details)) or "  (none)")
+    print(f"summary:\n{candidate.summary.strip() or '(none)'}")
+    if candidate.parse_error:
+        print(f"format error: {candidate.parse_error}")
+    print(f"code:\n{candidate.code}" if candidate.code else "code: (none)")
+    if args.reasoning:
+        print(f"reasoning:\n{candidate.reasoning}\nresponse:\n{candidate.response}")
+    return 0

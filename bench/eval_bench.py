@@ -1,0 +1,318 @@
+"""Benchmark kevin-agent's evaluator against stock load_inline, KernelBench-style, in one run.
+
+For 16 varied candidates (the fixture kernels plus generated variants: other block sizes and
+tiles, one compile error, one incorrect, one slow) it measures
+  1. cold compile through ``compile_many`` (fresh cache): per-candidate median and p90, batch wall;
+  2. cache hit: the same batch again;
+  3. full evaluation with ``CudaEvaluator`` from a fresh cache (static, parallel compile, isolated
+     GPU runs with a spare worker): worker start (hidden), visible wait, GPU stage per candidate,
+     candidates fully evaluated per minute;
+  4. the baseline: stock ``load_inline`` in this process, one candidate after another, each
+     compiled, checked (5 trials, KernelBench's 1e-2 tolerance) and timed (100 CUDA-event trials).
+Prints a table; ``--out FILE`` writes JSON; ``--quick`` runs 4 candidates. Needs only torch and
+the standard library (python3.12 + torch 2.11 on the GPU host).
+
+    python bench/eval_bench.py [--quick] [--out bench/results.json] [--baseline N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+FIXTURES = ROOT / "tests" / "fixtures" / "kernels"
+
+
+@dataclass(frozen=True)
+class BenchCandidate:
+    id: str
+    task: str  # fixture task name: add, gelu, matmul, softmax
+    code: str
+    expect: str  # "correct", "compile-error", "incorrect", "slow"
+
+
+def _variant(task: str, new_name: str, edits: list[tuple[str, str]]) -> str:
+    code = (FIXTURES / f"{task}_candidate.py").read_text()
+    for old, new in edits:
+        if old not in code:
+            raise SystemExit(f"bench: fixture {task}_candidate.py no longer contains {old!r}")
+        code = code.replace(old, new)
+    import re
+
+    code, count = re.subn(r'name="kevin_fixture_\w+"', f'name="{new_name}"', code)
+    if count != 1:
+        raise SystemExit(f"bench: expected one load_inline name in {task}_candidate.py")
+    return code
+
+
+def build_candidates(quick: bool) -> list[BenchCandidate]:
+    """16 distinct sources (4 with --quick), each paired with a fixture task."""
+    threads = "const int threads = 256;"
+    specs: list[tuple[str, str, list[tuple[str, str]], str]] = [
+        ("add", "add", [], "correct"),
+        ("gelu", "gelu", [], "correct"),
+        ("matmul", "matmul", [], "correct"),
+        ("softmax", "softmax", [], "correct"),
+        ("add_t128", "add", [(threads, "const int threads = 128;")], "correct"),
+        ("add_t512", "add", [(threads, "const int threads = 512;")], "correct"),
+        ("add_t1024", "add", [(threads, "const int threads = 1024;")], "correct"),
+        ("add_grid2", "add", [("65535 * 8", "65535 * 2")], "correct"),
+        ("gelu_t128", "gelu", [(threads, "const int threads = 128;")], "correct"),
+        ("gelu_t1024", "gelu", [(threads, "const int threads = 1024;")], "correct"),
+        ("matmul_tile16", "matmul", [("#define TILE 32", "#define TILE 16")], "correct"),
+        ("softmax_t256", "softmax", [("const int threads = 512;", "const int threads = 256;")], "correct"),
+        ("softmax_t1024", "softmax", [("const int threads = 512;", "const int threads = 1024;")], "correct"),
+        ("add_compile_error", "add", [("out[idx] = a[idx] + b[idx];", "out[idx] = a[idx] + b_undeclared[idx];")],
+         "compile-error"),
+        ("add_incorrect", "add", [("out[idx] = a[idx] + b[idx];", "out[idx] = a[idx] - b[idx];")], "incorrect"),
+        ("add_slow", "add", [(threads, "const int threads = 64;"), ("65535 * 8", "32")], "slow"),
+    ]
+    if quick:
+        keep = {"add", "gelu", "add_compile_error", "add_incorrect"}
+        specs = [s for s in specs if s[0] in keep]
+    return [
+        BenchCandidate(cid, task, _variant(task, f"kevin_bench_{cid}", edits), expect)
+        for cid, task, edits, expect in specs
+    ]
+
+
+def percentile(values: list[float], q: float) -> Optional[float]:
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def summary(values: list[float]) -> dict[str, Optional[float]]:
+    return {"median": percentile(values, 0.5), "p90": percentile(values, 0.9),
+            "min": min(values) if values else None, "max": max(values) if values else None, "n": len(values)}
+
+
+# -- kevin-agent ---------------------------------------------------------------------------------
+def bench_compile(candidates: list[BenchCandidate], cache_dir: Path, arch: str) -> dict[str, Any]:
+    from kevin_agent.evaluate.build import BuildCache, compile_many
+
+    cache = BuildCache(cache_dir, arch=arch)
+    codes = [c.code for c in candidates]
+    rounds = {}
+    for label in ("cold", "hit"):
+        started = time.perf_counter()
+        outcomes = compile_many(codes, cache)
+        wall = time.perf_counter() - started
+        per = [sum(r.seconds for r in o.results) for o in outcomes]
+        rounds[label] = {
+            "wall_s": wall,
+            "per_candidate_s": summary(per),
+            "ok": [o.ok for o in outcomes],
+            "cache_hits": [all(r.cache_hit for r in o.results) for o in outcomes],
+            "paths": [sorted({r.path for r in o.results}) for o in outcomes],
+            "by_candidate": {c.id: s for c, s in zip(candidates, per)},
+        }
+    return rounds
+
+
+def bench_evaluator(candidates: list[BenchCandidate], cache_dir: Path, arch: str,
+                    with_torch_compile: bool) -> dict[str, Any]:
+    from kevin_agent.evaluate.api import EvalSettings
+    from kevin_agent.evaluate.evaluator import CudaEvaluator
+    from kevin_agent.task import load_task
+
+    settings = EvalSettings(cache_dir=cache_dir, arch=arch, with_torch_compile=with_torch_compile)
+    evaluator = CudaEvaluator(settings)
+    rows: dict[str, dict[str, Any]] = {}
+    workers: list[Any] = []
+    started = time.perf_counter()
+    try:
+        for task_name in dict.fromkeys(c.task for c in candidates):
+            group = [c for c in candidates if c.task == task_name]
+            task = load_task(str(FIXTURES / f"{task_name}_task.py"))
+            verdicts = evaluator.evaluate(task, [c.code for c in group])
+            workers.extend(evaluator.last_worker_results)
+            for cand, verdict in zip(group, verdicts):
+                d = verdict.details
+                rows[cand.id] = {"stage": verdict.stage.value, "ok": verdict.ok, "correct": verdict.correct,
+                                 "speedup_vs_eager": d.speedup_vs_eager, "speedup_vs_compile": d.speedup_vs_compile,
+                                 "kernel_ms": d.kernel.median_ms if d.kernel else None,
+                                 "build_s": d.build_seconds, "message": verdict.message.splitlines()[0]}
+    finally:
+        evaluator.close()
+    wall = time.perf_counter() - started
+    return {
+        "wall_s": wall,
+        "candidates_per_minute": 60.0 * len(candidates) / wall,
+        "worker_start_s": summary([w.startup_s for w in workers if w.startup_s is not None]),
+        "visible_wait_s": summary([w.waited_s for w in workers]),
+        "gpu_stage_s": summary([w.seconds for w in workers]),
+        "gpu_runs": len(workers),
+        "gpu_name": evaluator.gpu_name,
+        "verdicts": rows,
+    }
+
+
+# -- baseline: stock load_inline, KernelBench-style, sequential and in-process --------------------
+def _time_cuda(fn: Any, inputs: list[Any], trials: int, warmup: int = 3) -> list[float]:
+    import torch
+
+    for _ in range(warmup):
+        fn(*inputs)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(trials):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(*inputs)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return times
+
+
+def _baseline_one(cand: BenchCandidate, ext_dir: Path, seed: int = 42) -> dict[str, Any]:
+    import torch
+
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(ext_dir / cand.id)
+    row: dict[str, Any] = {"compile_s": None, "correct": False, "error": None}
+    started = time.perf_counter()
+    try:
+        new_ns: dict[str, Any] = {"__name__": f"bench_{cand.id}"}
+        try:
+            exec(compile(cand.code, f"<{cand.id}>", "exec"), new_ns)  # load_inline compiles here
+        finally:
+            row["compile_s"] = time.perf_counter() - started
+        ref_ns: dict[str, Any] = {"__name__": f"bench_ref_{cand.id}"}
+        exec(compile((FIXTURES / f"{cand.task}_task.py").read_text(), f"<{cand.task}>", "exec"), ref_ns)
+        init = ref_ns["get_init_inputs"]()
+        torch.manual_seed(seed)
+        model = ref_ns["Model"](*init).cuda()
+        torch.manual_seed(seed)
+        new = new_ns["ModelNew"](*init).cuda()
+        with torch.no_grad():
+            for trial in range(5):
+                torch.manual_seed(seed + trial)
+                inputs = [x.cuda() if hasattr(x, "cuda") else x for x in ref_ns["get_inputs"]()]
+                expected, got = model(*inputs), new(*inputs)
+                torch.cuda.synchronize()
+                if expected.shape != got.shape or not torch.allclose(expected, got, atol=1e-2, rtol=1e-2):
+                    row["error"] = f"mismatch in trial {trial}"
+                    break
+            else:
+                row["correct"] = True
+            if row["correct"]:
+                eager = _time_cuda(model, inputs, 100)
+                kernel = _time_cuda(new, inputs, 100)
+                row["kernel_ms"] = statistics.mean(kernel)
+                row["speedup_vs_eager"] = statistics.mean(eager) / statistics.mean(kernel)
+    except Exception as err:  # KernelBench records the failure and moves on
+        row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200]
+    row["total_s"] = time.perf_counter() - started
+    return row
+
+
+def bench_baseline(candidates: list[BenchCandidate], work: Path) -> dict[str, Any]:
+    started = time.perf_counter()
+    rows = {c.id: _baseline_one(c, work) for c in candidates}
+    wall = time.perf_counter() - started
+    compiles = [r["compile_s"] for r in rows.values() if r["compile_s"] is not None]
+    return {"wall_s": wall, "candidates_per_minute": 60.0 * len(candidates) / wall,
+            "compile_s": summary(compiles), "rows": rows}
+
+
+# -- report --------------------------------------------------------------------------------------
+def _f(value: Optional[float], unit: str = "s", digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f} {unit}".strip()
+
+
+def render(result: dict[str, Any]) -> str:
+    k, c, b = result["kevin"], result["compile"], result.get("baseline")
+    lines = [f"eval bench: {result['n']} candidates on {result['gpu']} (torch {result['torch']}, "
+             f"{result['cpus']} CPUs)", ""]
+    header = f"{'measure':44} {'kevin-agent':>16} {'stock load_inline':>18}"
+    lines += [header, "-" * len(header)]
+
+    def row(name: str, ours: str, theirs: str = "") -> None:
+        lines.append(f"{name:44} {ours:>16} {theirs:>18}")
+
+    bc = b["compile_s"] if b else {}
+    row("cold compile per candidate, median", _f(c["cold"]["per_candidate_s"]["median"]), _f(bc.get("median")))
+    row("cold compile per candidate, p90", _f(c["cold"]["per_candidate_s"]["p90"]), _f(bc.get("p90")))
+    row("cold compile, whole batch (parallel) wall", _f(c["cold"]["wall_s"]))
+    row("cache hit per candidate, median", _f(c["hit"]["per_candidate_s"]["median"], digits=3))
+    row("cache hits on second batch", f"{sum(c['hit']['cache_hits'])}/{result['n']}")
+    row("worker start (spawn -> READY, hidden), median", _f(k["worker_start_s"]["median"]))
+    row("visible wait for a worker, median", _f(k["visible_wait_s"]["median"], digits=3))
+    row("GPU stage per candidate, median", _f(k["gpu_stage_s"]["median"]))
+    row("full evaluation wall", _f(k["wall_s"], digits=1), _f(b["wall_s"] if b else None, digits=1))
+    row("candidates fully evaluated per minute", f"{k['candidates_per_minute']:.2f}",
+        f"{b['candidates_per_minute']:.2f}" if b else "-")
+    lines += ["", f"{'candidate':20} {'kevin verdict':26} {'speedup':>8} {'build s':>8} {'baseline':>22}"]
+    for cid, v in k["verdicts"].items():
+        base = (b or {}).get("rows", {}).get(cid)
+        if base is None:
+            base_text = "-"
+        elif base["correct"]:
+            base_text = f"correct {base.get('speedup_vs_eager', 0):.2f}x"
+        else:
+            base_text = (base["error"] or "failed")[:22]
+        speed = "-" if v["speedup_vs_eager"] is None else f"{v['speedup_vs_eager']:.2f}x"
+        lines.append(f"{cid:20} {v['stage'] + (' ok' if v['ok'] else ' FAIL'):26} {speed:>8} "
+                     f"{_f(v['build_s'], ''):>8} {base_text:>22}")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="4 candidates instead of 16")
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--baseline", type=int, default=None, metavar="N",
+                        help="run the stock baseline on the first N candidates only (0: skip)")
+    parser.add_argument("--no-torch-compile", action="store_true", help="do not time torch.compile in kevin's runs")
+    parser.add_argument("--work", type=Path, help="scratch directory (default: a fresh temporary one)")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from kevin_agent.evaluate.environment import check_environment, resolve_arch
+
+    info = check_environment(compile_only=False)
+    arch = resolve_arch(None, info)
+    os.environ["TORCH_CUDA_ARCH_LIST"] = arch
+    candidates = build_candidates(args.quick)
+    work = args.work or Path(tempfile.mkdtemp(prefix="kevin-eval-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"bench: {len(candidates)} candidates, scratch {work}", file=sys.stderr)
+    result: dict[str, Any] = {
+        "n": len(candidates), "gpu": info.gpu_name, "torch": torch.__version__, "cuda": torch.version.cuda,
+        "python": platform.python_version(), "cpus": os.cpu_count(), "arch": arch,
+        "candidates": [{"id": c.id, "task": c.task, "expect": c.expect} for c in candidates],
+    }
+    print("bench: 1-2/4 compile_many cold, then cache hit", file=sys.stderr)
+    result["compile"] = bench_compile(candidates, work / "cache-compile", arch)
+    print("bench: 3/4 full evaluation (fresh cache)", file=sys.stderr)
+    result["kevin"] = bench_evaluator(candidates, work / "cache-eval", arch, not args.no_torch_compile)
+    limit = len(candidates) if args.baseline is None else args.baseline
+    if limit > 0:
+        print(f"bench: 4/4 stock load_inline baseline on {limit} candidates", file=sys.stderr)
+        result["baseline"] = bench_baseline(candidates[:limit], work / "torch-extensions")
+    print(render(result))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

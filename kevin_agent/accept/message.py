@@ -1,0 +1,114 @@
+"""The commit message of an accepted kernel: measured numbers up front, trailers for undo/find."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any, Optional
+
+from kevin_agent.data import Candidate, TimingStats, Verdict
+
+RUN_TRAILER = "Kevin-Run"
+CANDIDATE_TRAILER = "Kevin-Candidate"
+REVERT_TRAILER = "Kevin-Revert"
+
+
+def _x(value: Optional[float]) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
+def subject(class_name: str, verdict: Verdict) -> str:
+    """``kevin: CUDA kernel for FusedBlock (1.84x eager, 1.21x torch.compile, NVIDIA H200)``."""
+    details = verdict.details
+    parts = [f"{_x(details.speedup_vs_eager)} eager"]
+    if details.speedup_vs_compile is not None:
+        parts.append(f"{_x(details.speedup_vs_compile)} torch.compile")
+    parts.append(details.gpu_name or "unknown GPU")
+    return f"kevin: CUDA kernel for {class_name} ({', '.join(parts)})"
+
+
+def _ms(stats: Optional[TimingStats]) -> Optional[str]:
+    return None if stats is None else f"{stats.median_ms:.3f} ms"
+
+
+def _search_line(settings: dict[str, Any]) -> str:
+    trajectories, turns = settings.get("trajectories"), settings.get("turns")
+    if trajectories is None or turns is None:
+        return ""
+    text = f" ({trajectories} trajectories x {turns} turns"
+    if settings.get("beam_keep"):
+        text += f", beam keeping {settings['beam_keep']}"
+    return text + ")"
+
+
+def _correctness_line(verdict: Verdict) -> str:
+    d = verdict.details
+    trials = (f"{d.trials_passed}/{d.trials_total} trials" if d.trials_total is not None
+              else "passed")
+    tolerances = []
+    if d.atol is not None:
+        tolerances.append(f"atol {d.atol:g}")
+    if d.rtol is not None:
+        tolerances.append(f"rtol {d.rtol:g}")
+    line = f"{trials} on fresh random inputs"
+    if tolerances:
+        line += ", " + ", ".join(tolerances)
+    if d.max_abs_error is not None:
+        line += f" (max abs error {d.max_abs_error:.2g})"
+    return line
+
+
+def _timing_line(verdict: Verdict) -> Optional[str]:
+    d = verdict.details
+    pieces = [f"{label} {ms}" for label, ms in
+              (("kernel", _ms(d.kernel)), ("eager", _ms(d.eager)), ("torch.compile", _ms(d.compiled)))
+              if ms is not None]
+    if not pieces:
+        return None
+    trials = d.kernel.trials if d.kernel is not None else None
+    return ", ".join(pieces) + (f" (median of {trials} trials)" if trials else "")
+
+
+def _verdict_note(verdict: Verdict) -> Optional[str]:
+    d = verdict.details
+    if d.speedup_vs_compile is not None and d.speedup_vs_compile <= 1.0:
+        return (f"Note: torch.compile is faster than this kernel on this GPU "
+                f"({_x(d.speedup_vs_compile)} vs torch.compile); it beats eager only.")
+    if d.speedup_vs_eager is not None and d.speedup_vs_eager <= 1.0:
+        return "Note: this kernel is not faster than eager PyTorch on this GPU."
+    return None
+
+
+def commit_message(*, class_name: str, source_label: str, run_id: str, candidate: Candidate,
+                   verdict: Verdict, settings: dict[str, Any], paths: list[str]) -> str:
+    d = verdict.details
+    rows: list[tuple[str, Optional[str]]] = [
+        ("Run", f"{run_id}{_search_line(settings)}"),
+        ("Candidate", f"{candidate.id} (trajectory {candidate.trajectory}, turn {candidate.turn})"),
+        ("Correctness", _correctness_line(verdict)),
+        ("Timing", _timing_line(verdict)),
+        ("Speed of light", None if d.sol_fraction is None else f"{d.sol_fraction:.0%} of the GPU's peak"),
+        ("Environment", ", ".join([d.gpu_name or "unknown GPU", f"torch {d.torch_version or 'unknown'}",
+                                   f"CUDA {d.cuda_version or 'unknown'}"])),
+    ]
+    width = max(len(label) for label, _ in rows) + 2
+    body = [f"{(label + ':').ljust(width)}{value}" for label, value in rows if value]
+    intro = (f"Drop-in CUDA replacement for {source_label}, written by the Kevin model and "
+             f"verified by kevin-agent on the GPU against the original module.")
+    files = "Files:\n" + "\n".join(f"  {path}" for path in paths)
+    note = _verdict_note(verdict)
+    parts = [subject(class_name, verdict), textwrap.fill(intro, 72), "\n".join(body)] + ([textwrap.fill(note, 72)] if note else []) + [files]
+    trailers = f"{RUN_TRAILER}: {run_id}\n{CANDIDATE_TRAILER}: {candidate.id}"
+    return "\n\n".join(parts + [trailers]) + "\n"
+
+
+def trailers(message: str) -> dict[str, str]:
+    """``Key: value`` lines of the message's last paragraph."""
+    paragraphs = [p for p in message.strip().split("\n\n") if p.strip()]
+    if not paragraphs:
+        return {}
+    found: dict[str, str] = {}
+    for line in paragraphs[-1].splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() and " " not in key.strip():
+            found[key.strip()] = value.strip()
+    return found

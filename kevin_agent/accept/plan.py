@@ -1,0 +1,174 @@
+"""What accepting a candidate would write: ``plan_accept`` builds an ``AcceptPlan`` (no writes)."""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from kevin_agent.accept.files import check_no_conflicts, read_existing
+from kevin_agent.accept.message import commit_message
+from kevin_agent.accept.names import ArtifactNames
+from kevin_agent.accept.render import Provenance, module_files
+from kevin_agent.accept.render_test import ToleranceSettings, render_test_file
+from kevin_agent.accept.signature import find_class
+from kevin_agent.data import Candidate, Verdict
+from kevin_agent.errors import UserInputError
+
+if TYPE_CHECKING:
+    from kevin_agent.store import RunRecord
+
+CONFIG_KEY = "accept_dir"  # [tool.kevin] accept_dir = "kernels": where accepted files go
+
+_COLORS = {"+": "\x1b[32m", "-": "\x1b[31m", "@": "\x1b[36m"}
+_BOLD, _RESET = "\x1b[1m", "\x1b[0m"
+
+
+@dataclass
+class AcceptPlan:
+    """The files accepting would write and the commit message; nothing is written yet."""
+
+    files: dict[Path, str]  # absolute path -> content
+    commit_message: str
+    repo_root: Optional[Path] = None  # the git repository holding the files (None: not in one)
+    run_id: str = ""
+    candidate_id: str = ""
+    class_name: str = ""
+    source_path: Optional[Path] = None
+    notes: list[str] = field(default_factory=list)  # lines for the user (e.g. torch.compile is faster)
+
+    def label(self, path: Path) -> str:
+        """The path as shown to the user: relative to the repository (or cwd) where possible."""
+        base = self.repo_root or Path.cwd()
+        try:
+            return Path(os.path.relpath(path, base)).as_posix()
+        except ValueError:
+            return str(path)
+
+    def diff(self, color: bool = False) -> str:
+        """Unified diff from what is on disk now to what accepting writes."""
+        chunks: list[str] = []
+        for path in sorted(self.files):
+            old = read_existing(path)
+            name = self.label(path)
+            lines = difflib.unified_diff(
+                (old or "").splitlines(keepends=True), self.files[path].splitlines(keepends=True),
+                fromfile="/dev/null" if old is None else f"a/{name}", tofile=f"b/{name}",
+            )
+            chunks.extend(_paint(line if line.endswith("\n") else line + "\n", color) for line in lines)
+        return "".join(chunks)
+
+
+def _paint(line: str, color: bool) -> str:
+    if not color:
+        return line
+    if line.startswith(("+++", "---")):
+        return f"{_BOLD}{line.rstrip(chr(10))}{_RESET}\n"
+    code = _COLORS.get(line[:1])
+    return f"{code}{line.rstrip(chr(10))}{_RESET}\n" if code else line
+
+
+def choose_candidate(record: RunRecord, candidate_id: Optional[str]) -> tuple[Candidate, Verdict]:
+    """The named candidate, or the run's best; refuses ones that are not correct or are suspicious."""
+    if candidate_id is None:
+        best = record.best()
+        if best is None:
+            raise UserInputError(f"run {record.run_id} has no correct, timed candidate to accept "
+                                 f"(see `kevin show {record.run_id}`)")
+        return best
+    candidate, verdict = record.candidate(candidate_id)
+    if verdict is None:
+        raise UserInputError(f"candidate {candidate_id} of run {record.run_id} has not been evaluated yet")
+    if not verdict.correct:
+        raise UserInputError(f"candidate {candidate_id} is not correct (it stopped at "
+                             f"{verdict.stage.value}): only a correct kernel can be accepted")
+    if verdict.details.suspicious:
+        reasons = "; ".join(verdict.details.suspicious_reasons) or "no reason recorded"
+        raise UserInputError(f"candidate {candidate_id} is flagged suspicious ({reasons}): it cannot be accepted")
+    if not candidate.code:
+        raise UserInputError(f"candidate {candidate_id} has no code")
+    return candidate, verdict
+
+
+def _origin_path(record: RunRecord, repo_root: Optional[Path]) -> Path:
+    origin = record.task.origin
+    if origin is None:
+        raise UserInputError(f"run {record.run_id} has no origin file (its task did not come from a "
+                             f"file), so there is no module to put the kernel next to")
+    path = Path(origin.path)
+    if not path.is_absolute():
+        path = (repo_root or Path.cwd()) / path
+    if not path.is_file():
+        raise UserInputError(f"{origin.path}, the module run {record.run_id} was made from, no longer exists")
+    return path.resolve()
+
+
+def _original_class(path: Path, class_name: str) -> ast.ClassDef:
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError) as err:
+        raise UserInputError(f"cannot read {path}: {err}") from None
+    found = find_class(tree, class_name)
+    if found is None:
+        raise UserInputError(f"{path} no longer defines class {class_name}")
+    return found
+
+
+def _find_repo(start: Path) -> Optional[Path]:
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():
+            return folder
+    return None
+
+
+def _target_dir(target_dir: Optional[Path], repo_root: Optional[Path], source: Path) -> Path:
+    if target_dir is None:
+        try:
+            from kevin_agent.config import load_config
+
+            configured: Any = load_config(repo_root or source.parent).get(CONFIG_KEY)
+        except ImportError:  # pragma: no cover - config lands with another issue
+            configured = None
+        if not configured:
+            return source.parent
+        target_dir = Path(str(configured))
+    if not target_dir.is_absolute():
+        target_dir = (repo_root or source.parent) / target_dir
+    return target_dir.resolve()
+
+
+def plan_accept(record: RunRecord, candidate_id: Optional[str] = None, repo_root: Optional[Path] = None,
+                *, target_dir: Optional[Path] = None) -> AcceptPlan:
+    """Everything accepting would write, or UserInputError naming why it is refused."""
+    candidate, verdict = choose_candidate(record, candidate_id)
+    source = _origin_path(record, repo_root)
+    repo_root = Path(repo_root).resolve() if repo_root is not None else _find_repo(source.parent)
+    class_name = record.task.origin.class_name if record.task.origin else record.task.class_name
+    original = _original_class(source, class_name)
+    names = ArtifactNames(class_name, _target_dir(target_dir, repo_root, source))
+    source_label = f"{_relative(source, repo_root)}::{class_name}"
+    d = verdict.details
+    prov = Provenance(source_label, record.run_id, candidate.id, d.speedup_vs_eager,
+                      d.speedup_vs_compile, d.gpu_name or "unknown GPU")
+    files = module_files(candidate.code or "", names, prov, original)
+    plan = AcceptPlan(files=files, commit_message="", repo_root=repo_root, run_id=record.run_id,
+                      candidate_id=candidate.id, class_name=class_name, source_path=source)
+    tolerances = ToleranceSettings.from_tolerances(d.atol, d.rtol)
+    files.update(render_test_file(names, source, source_label, tolerances, plan.label(names.test_path)))
+    check_no_conflicts(files, plan.label)
+    plan.commit_message = commit_message(
+        class_name=class_name, source_label=source_label, run_id=record.run_id, candidate=candidate,
+        verdict=verdict, settings=dict(record.settings or {}), paths=[plan.label(p) for p in sorted(files)],
+    )
+    if d.speedup_vs_compile is not None and d.speedup_vs_compile <= 1.0:
+        plan.notes.append(f"torch.compile is faster for {class_name} on this GPU "
+                          f"({d.speedup_vs_compile:.2f}x vs torch.compile): consider torch.compile instead")
+    return plan
+
+
+def _relative(path: Path, root: Optional[Path]) -> str:
+    base = root or path.parent
+    return Path(os.path.relpath(path, base)).as_posix()

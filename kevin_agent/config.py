@@ -1,0 +1,196 @@
+"""Backend settings and the project's config file (``[tool.kevin]`` in pyproject.toml or kevin.toml).
+
+Resolution order for every setting: command-line flags > environment > config file > defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from kevin_agent.errors import UserInputError
+
+DEFAULT_BASE_URL = "http://localhost:8000/v1"  # what `vllm serve cognition-ai/Kevin-32B` listens on
+DEFAULT_MODEL = "cognition-ai/Kevin-32B"
+BACKEND_NAMES = ("openai", "vllm", "scripted")
+
+# environment variable -> BackendSettings field (earlier entries win for the same field)
+ENV_VARS: tuple[tuple[str, str], ...] = (
+    ("KEVIN_BACKEND", "backend"),
+    ("KEVIN_MODEL", "model"),
+    ("KEVIN_BASE_URL", "base_url"),
+    ("KEVIN_API_KEY", "api_key"),
+    ("OPENAI_API_KEY", "api_key"),
+    ("KEVIN_SCRIPT", "script"),
+    ("KEVIN_GPU", "target_gpu"),
+)
+
+
+@dataclass
+class BackendSettings:
+    """Which model to ask and how. Field names are also the config-file keys."""
+
+    backend: str = "openai"  # "vllm" | "openai" | "scripted"
+    model: str = DEFAULT_MODEL
+    base_url: str | None = None  # default DEFAULT_BASE_URL (vllm serve)
+    api_key: str | None = None  # from flag, env KEVIN_API_KEY / OPENAI_API_KEY, or config
+    script: str | None = None  # scripted backend: file of recorded responses
+    tensor_parallel_size: int = 1
+    max_model_len: int | None = None
+    temperature: float = 0.9
+    max_tokens: int = 16384
+    concurrency: int = 8
+    timeout_s: float = 1800.0  # one request; long reasoning replies take minutes
+    max_retries: int = 4  # on 429, 5xx and connection errors
+    stream: bool = True  # stream replies (token counts for progress)
+    target_gpu: str | None = None  # GPU named in the prompt when no device is visible
+
+    @property
+    def resolved_base_url(self) -> str:
+        return self.base_url or DEFAULT_BASE_URL
+
+
+class KevinConfig(dict):
+    """The ``[tool.kevin]`` table; ``source`` is the file it came from (None: no file)."""
+
+    def __init__(self, values: Mapping[str, Any] | None = None, source: Path | None = None):
+        super().__init__(values or {})
+        self.source = source
+
+
+def _load_toml(path: Path) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on Python 3.10 only
+        try:
+            import tomli as tomllib
+        except ImportError:
+            print(f"kevin: ignoring {path}: reading TOML on Python 3.10 needs `pip install tomli`",
+                  file=sys.stderr)
+            return {}
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as err:
+        raise UserInputError(f"{path}: not valid TOML: {err}") from None
+    except OSError as err:
+        raise UserInputError(f"{path}: cannot read: {err.strerror}") from None
+
+
+def _config_dir(start: Path) -> Path:
+    """The nearest folder at or above ``start`` holding kevin.toml, pyproject.toml or .git."""
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        if any((folder / name).exists() for name in ("kevin.toml", "pyproject.toml", ".git")):
+            return folder
+    return start
+
+
+def load_config(repo_root: Path | None = None) -> KevinConfig:
+    """Read ``kevin.toml`` (whole file, or its [tool.kevin]) or else pyproject's [tool.kevin].
+
+    ``repo_root`` None: search upward from the current directory. No file: an empty config.
+    """
+    folder = Path(repo_root) if repo_root is not None else _config_dir(Path.cwd())
+    kevin_toml = folder / "kevin.toml"
+    if kevin_toml.is_file():
+        raw = _load_toml(kevin_toml)
+        table = raw.get("tool", {}).get("kevin", raw) if isinstance(raw.get("tool"), dict) else raw
+        return KevinConfig(_require_table(table, kevin_toml), kevin_toml)
+    pyproject = folder / "pyproject.toml"
+    if pyproject.is_file():
+        raw = _load_toml(pyproject)
+        tool = raw.get("tool", {})
+        if isinstance(tool, dict) and "kevin" in tool:
+            return KevinConfig(_require_table(tool["kevin"], pyproject), pyproject)
+    return KevinConfig()
+
+
+def _require_table(value: Any, path: Path) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise UserInputError(f"{path}: [tool.kevin] must be a table")
+    return value
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(BackendSettings)}
+_POSITIVE_INTS = {"tensor_parallel_size", "max_model_len", "max_tokens", "concurrency"}
+_NON_NEGATIVE_INTS = {"max_retries"}
+_FLOATS = {"temperature", "timeout_s"}
+_BOOLS = {"stream"}
+
+
+def _convert(key: str, value: Any) -> Any:
+    """Check and convert one value; raises ValueError with the reason."""
+    if value is None:
+        return None
+    if key in _POSITIVE_INTS or key in _NON_NEGATIVE_INTS:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ValueError("expected a whole number")
+        number = int(value)
+        low = 1 if key in _POSITIVE_INTS else 0
+        if number < low:
+            raise ValueError(f"expected a whole number >= {low}")
+        return number
+    if key in _FLOATS:
+        if isinstance(value, bool):
+            raise ValueError("expected a number")
+        number = float(value)
+        if not math.isfinite(number) or number < 0 or (key == "timeout_s" and number == 0):
+            raise ValueError("expected a positive number" if key == "timeout_s" else
+                             "expected a number >= 0")
+        return number
+    if key in _BOOLS:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+        raise ValueError("expected true or false")
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("expected a non-empty string")
+    if key == "backend" and value not in BACKEND_NAMES:
+        raise ValueError(f"expected one of {', '.join(BACKEND_NAMES)}")
+    if key == "base_url" and not value.strip().startswith(("http://", "https://")):
+        raise ValueError("expected a URL starting with http:// or https://")
+    return value.strip()
+
+
+def _apply(values: dict[str, Any], source: Mapping[str, Any], where: str) -> None:
+    for key, raw in source.items():
+        if key not in _FIELDS:
+            continue  # other modules own other keys of [tool.kevin]
+        if raw is None:
+            continue
+        try:
+            values[key] = _convert(key, raw)
+        except (ValueError, TypeError) as err:
+            raise UserInputError(f"bad value for {key!r} in {where}: {raw!r} ({err})") from None
+
+
+def resolve_backend_settings(
+    flags: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    config: Mapping[str, Any] | None = None,
+) -> BackendSettings:
+    """Flags (None values ignored) > env > config file > defaults; UserInputError on a bad value."""
+    values: dict[str, Any] = {}
+    if config:
+        source = getattr(config, "source", None)
+        _apply(values, config, str(source) if source else "the config")
+    for var, key in reversed(ENV_VARS):  # reversed: the first variable listed wins
+        if env and env.get(var):
+            _apply(values, {key: env[var]}, f"environment variable {var}")
+    if flags:
+        for key, raw in flags.items():
+            if raw is not None:
+                _apply(values, {key: raw}, f"option --{key.replace('_', '-')}")
+    settings = BackendSettings(**values)
+    if settings.backend == "scripted" and not settings.script:
+        raise UserInputError("the scripted backend needs a script file: --script FILE")
+    return settings

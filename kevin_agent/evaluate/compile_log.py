@@ -1,0 +1,67 @@
+"""Trim a compiler log to the first few errors, with file:line the model can act on.
+
+Generated files carry ``#line`` directives, so gcc and nvcc already name ``cuda_sources:LINE`` /
+``cpp_sources:LINE`` (the candidate's own source strings); this module only picks and shortens.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_ERRORS = 3
+MAX_CHARS = 2000
+_GCC = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+)(?::\d+)?: (?:fatal )?error\b")
+_NVCC = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?:catastrophic )?error\b")
+_OTHER = re.compile(r"(undefined reference to|undefined symbol|ld returned|nvcc fatal|^error:|: fatal error:)")
+_NOISE = re.compile(r"^(In file included from|\s+from |ninja: |FAILED: |\[\d+/\d+\] |In function |compilation terminated|\d+ errors? detected)")
+
+
+def _shorten_path(line: str) -> str:
+    line = re.sub(r"\S*/site-packages/torch/include/", "torch/include/", line)
+    return re.sub(r"(?<![\w.])/\S*/(host\.cpp|main\.cpp|kernels\.cu|cuda\.cu)", r"\1", line)
+
+
+def trim_errors(log: str, max_errors: int = MAX_ERRORS, max_chars: int = MAX_CHARS) -> str:
+    """The first ``max_errors`` errors with a little context, at most ``max_chars`` characters."""
+    lines = log.splitlines()
+    blocks: list[str] = []
+    seen: set[str] = set()
+    i = 0
+    while i < len(lines) and len(blocks) < max_errors:
+        line = lines[i]
+        if _GCC.match(line) or _NVCC.match(line) or _OTHER.search(line):
+            block = [line]
+            j = i + 1
+            while j < len(lines) and len(block) < 4:
+                nxt = lines[j]
+                if _GCC.match(nxt) or _NVCC.match(nxt) or _OTHER.search(nxt) or _NOISE.match(nxt) or re.match(r"^\S+:\d+(:\d+)?: (note|warning)", nxt):
+                    break
+                if nxt.strip():
+                    block.append(nxt)
+                j += 1
+            text = _shorten_path("\n".join(block))
+            if text not in seen:
+                seen.add(text)
+                blocks.append(text)
+            i = j
+        else:
+            i += 1
+    if not blocks:
+        tail = [l for l in lines if l.strip() and not _NOISE.match(l)][-8:]
+        blocks = [_shorten_path("\n".join(tail)) or "the build failed without a compiler message"]
+    out = "\n".join(blocks)
+    return out if len(out) <= max_chars else out[: max_chars - 15].rstrip() + "\n... (trimmed)"
+
+
+def errors_only_in(log: str, names: tuple[str, ...]) -> bool:
+    """True when every error the log names is in one of the files ``names`` (e.g. cuda_sources)."""
+    found = False
+    for line in log.splitlines():
+        m = _GCC.match(line) or _NVCC.match(line)
+        if m:
+            found = True
+            if m.group("file").rsplit("/", 1)[-1] not in names:
+                return False
+        elif _OTHER.search(line):
+            return False
+    return found

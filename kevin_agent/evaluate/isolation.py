@@ -1,0 +1,305 @@
+"""Run each candidate in its own killable GPU worker process.
+
+A ``WorkerPool`` starts ``python -m kevin_agent.evaluate.worker`` (protocol in INTERFACES.md:
+``READY`` on stdout, then one job path on stdin, then a result file) in its own process group,
+with a scratch working directory and an environment without secrets. One spare worker is kept
+started ahead so process start, torch import and CUDA init are hidden; a process never evaluates
+two candidates. A crash, hang or exit without a result becomes a LOAD verdict, never an exception.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from kevin_agent.data import Stage, Verdict, VerdictDetails
+from kevin_agent.errors import EnvironmentProblem
+from kevin_agent.evaluate.worker_process import (  # noqa: F401  (re-exported)
+    crash_reason,
+    crash_verdict,
+    is_secret_name,
+    kill_group,
+    scrubbed_environment,
+    tail_text,
+)
+
+DEFAULT_WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "kevin_agent.evaluate.worker")
+READY_LINE = "READY"
+_POLL_S = 0.02
+
+@dataclass
+class WorkerResult:
+    """What one worker process produced for one job."""
+
+    verdict: Verdict
+    pid: int
+    seconds: float  # from handing the job over to the end of the process
+    returncode: Optional[int]
+    crashed: bool  # no usable result: signal, exit, timeout or cancel
+    cancelled: bool = False
+    stderr_tail: str = ""
+    startup_s: Optional[float] = None  # spawn -> READY of this process (hidden when it was the spare)
+    waited_s: float = 0.0  # how long the caller waited for a ready process (the visible start cost)
+
+
+@dataclass
+class _Worker:
+    proc: subprocess.Popen
+    scratch: Path
+    stdout_path: Path
+    stderr_path: Path
+    started: float
+    spawned_wall: float
+    ready: bool = False
+    ready_wall: Optional[float] = None
+
+    @property
+    def startup_s(self) -> Optional[float]:
+        return None if self.ready_wall is None else max(0.0, self.ready_wall - self.spawned_wall)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+class WorkerPool:
+    """Spawns one fresh worker per job, with one spare started ahead.
+
+    ``command`` replaces the worker command (tests use stand-in workers). ``base_env`` is the
+    environment to scrub (default: ``os.environ`` at spawn time). Thread-safe for one caller at a
+    time; ``close()`` may be called from any thread.
+    """
+
+    def __init__(
+        self,
+        command: Optional[Sequence[str]] = None,
+        *,
+        run_timeout_s: float = 180.0,
+        start_timeout_s: float = 180.0,
+        spare: bool = True,
+        scratch_root: Optional[Path] = None,
+        base_env: Optional[Mapping[str, str]] = None,
+        extra_env: Optional[Mapping[str, str]] = None,
+        keep_scratch: bool = False,
+    ) -> None:
+        self.command = tuple(command) if command else DEFAULT_WORKER_COMMAND
+        self.run_timeout_s = run_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self.use_spare = spare
+        self.base_env = base_env
+        self.extra_env = dict(extra_env or {})
+        self.keep_scratch = keep_scratch
+        self._own_root = scratch_root is None
+        self.scratch_root = Path(scratch_root or tempfile.mkdtemp(prefix="kevin-workers-"))
+        self.scratch_root.mkdir(parents=True, exist_ok=True)
+        self._spare: Optional[_Worker] = None
+        self._running: Optional[_Worker] = None
+        self._lock = threading.Lock()
+        self._closed = False
+        self._counter = 0
+
+    # -- process management ------------------------------------------------------------------
+    def _spawn(self) -> _Worker:
+        self._counter += 1
+        scratch = Path(tempfile.mkdtemp(prefix=f"job{self._counter}-", dir=self.scratch_root))
+        work = scratch / "work"
+        work.mkdir()
+        stdout_path, stderr_path = scratch / "stdout.log", scratch / "stderr.log"
+        env = scrubbed_environment(self.base_env)
+        env.update(self.extra_env)
+        with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+            proc = subprocess.Popen(
+                list(self.command),
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=err,
+                cwd=work,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
+        return _Worker(proc, scratch, stdout_path, stderr_path, time.monotonic(), time.time())
+
+    def start_spare(self) -> None:
+        """Start a spare worker now unless one is already waiting."""
+        with self._lock:
+            if self._closed or not self.use_spare:
+                return
+            if self._spare is None or self._spare.proc.poll() is not None:
+                if self._spare is not None:
+                    self._discard(self._spare)
+                self._spare = self._spawn()
+
+    def _take_worker(self) -> _Worker:
+        with self._lock:
+            worker, self._spare = self._spare, None
+        if worker is not None and worker.proc.poll() is not None:
+            self._discard(worker)  # a spare that died while waiting: never blame a candidate for it
+            worker = None
+        return worker or self._spawn()
+
+    def _saw_ready(self, worker: _Worker) -> bool:
+        if not worker.ready:
+            try:
+                text = worker.stdout_path.read_text(errors="replace")
+            except OSError:
+                return False
+            worker.ready = any(line.strip() == READY_LINE for line in text.splitlines())
+            if worker.ready:
+                try:  # the file's modification time is when READY was written
+                    worker.ready_wall = worker.stdout_path.stat().st_mtime
+                except OSError:
+                    worker.ready_wall = time.time()
+        return worker.ready
+
+    def _wait_ready(self, worker: _Worker, cancel: Optional[threading.Event]) -> bool:
+        deadline = worker.started + self.start_timeout_s
+        while not self._saw_ready(worker):
+            if worker.proc.poll() is not None or time.monotonic() > deadline:
+                return self._saw_ready(worker)
+            if cancel is not None and cancel.is_set():
+                return False
+            time.sleep(_POLL_S)
+        return True
+
+    def _discard(self, worker: _Worker) -> None:
+        kill_group(worker.proc)
+        if worker.proc.stdin:
+            try:
+                worker.proc.stdin.close()
+            except OSError:
+                pass
+        if not self.keep_scratch:
+            shutil.rmtree(worker.scratch, ignore_errors=True)
+
+    def _start_failure(self, worker: _Worker) -> EnvironmentProblem:
+        code = worker.proc.poll()
+        what = "did not print READY in time" if code is None else f"exited with code {code}"
+        tail = tail_text(worker.stderr_path, lines=3).replace("\n", " | ")
+        return EnvironmentProblem(
+            f"the GPU worker ({' '.join(self.command[-2:])}) {what} before taking a job"
+            + (f": {tail}" if tail else "")
+        )
+
+    # -- the job -----------------------------------------------------------------------------
+    def run(self, job: Mapping[str, Any], cancel: Optional[threading.Event] = None,
+            start_next: bool = True) -> WorkerResult:
+        """Evaluate one job (INTERFACES.md worker job, without ``result_path``) in a fresh process.
+
+        With ``start_next`` the next spare starts as soon as this job is handed over (leave it off
+        for the last job of a batch, so no process starts up beside the timing). Raises ``EnvironmentProblem`` only when the worker cannot start twice in a row.
+        """
+        if self._closed:
+            raise RuntimeError("WorkerPool is closed")
+        entered = time.monotonic()
+        worker = self._take_worker()
+        if not self._wait_ready(worker, cancel):
+            if cancel is not None and cancel.is_set():
+                self._discard(worker)
+                return _cancelled_result(worker.pid)
+            self._discard(worker)
+            worker = self._spawn()  # one retry with a brand-new process
+            if not self._wait_ready(worker, cancel):
+                problem = self._start_failure(worker)
+                self._discard(worker)
+                if cancel is not None and cancel.is_set():
+                    return _cancelled_result(worker.pid)
+                raise problem
+        try:
+            result = self._run_on(worker, job, cancel, time.monotonic() - entered, start_next)
+            result.startup_s = worker.startup_s
+            return result
+        finally:
+            with self._lock:
+                self._running = None
+            self._discard(worker)
+
+    def _run_on(self, worker: _Worker, job: Mapping[str, Any], cancel: Optional[threading.Event],
+                waited_s: float, start_next: bool) -> WorkerResult:
+        result_path = worker.scratch / "result.json"
+        job_path = worker.scratch / "job.json"
+        job_path.write_text(json.dumps({"scratch_dir": str(worker.scratch / "work"), **job,
+                                        "result_path": str(result_path)}))
+        with self._lock:
+            self._running = worker
+        handed = time.monotonic()
+        try:
+            assert worker.proc.stdin is not None
+            worker.proc.stdin.write((str(job_path) + "\n").encode())
+            worker.proc.stdin.flush()
+            worker.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass  # it died right away; the exit status says why
+        if start_next:
+            self.start_spare()  # the next candidate's process starts while this one runs
+        timed_out = cancelled = False
+        deadline = handed + self.run_timeout_s
+        while worker.proc.poll() is None:
+            if cancel is not None and cancel.is_set():
+                cancelled = True
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
+            time.sleep(_POLL_S)
+        kill_group(worker.proc)  # the whole group: stray grandchildren of a finished worker die too
+        seconds = time.monotonic() - handed
+        returncode = worker.proc.returncode
+        stderr_tail = tail_text(worker.stderr_path)
+        if cancelled:
+            return _cancelled_result(worker.pid, seconds)
+        verdict = None if timed_out else _read_verdict(result_path)
+        if verdict is not None:
+            return WorkerResult(verdict, worker.pid, seconds, returncode, False, stderr_tail=stderr_tail,
+                                waited_s=waited_s)
+        reason = crash_reason(returncode, timed_out, self.run_timeout_s, result_path.exists())
+        return WorkerResult(crash_verdict(reason, stderr_tail), worker.pid, seconds, returncode, True,
+                            stderr_tail=stderr_tail, waited_s=waited_s)
+
+    def close(self) -> None:
+        """Kill the spare and any running worker; remove scratch directories."""
+        with self._lock:
+            self._closed = True
+            spare, self._spare = self._spare, None
+            running = self._running
+        if spare is not None:
+            self._discard(spare)
+        if running is not None:
+            kill_group(running.proc)
+        if self._own_root and not self.keep_scratch:
+            shutil.rmtree(self.scratch_root, ignore_errors=True)
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def spare_pid(self) -> Optional[int]:
+        spare = self._spare
+        return spare.pid if spare is not None else None
+
+
+def _cancelled_result(pid: int, seconds: float = 0.0) -> WorkerResult:
+    verdict = Verdict(Stage.LOAD, False, "The evaluation was cancelled before this answer was run.",
+                      VerdictDetails(error="cancelled"))
+    return WorkerResult(verdict, pid, seconds, None, True, cancelled=True)
+
+
+def _read_verdict(path: Path) -> Optional[Verdict]:
+    try:
+        raw = json.loads(path.read_text())
+        return Verdict.from_dict(raw["verdict"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

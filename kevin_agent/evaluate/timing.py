@@ -1,0 +1,169 @@
+"""Timing stage: CUDA events, warm-up, L2 flushed before every trial, median and spread.
+
+Every timing call goes through a ``Clock`` built from the objects the worker captured before any
+candidate code ran, so a candidate that patches ``torch.cuda.Event`` or ``time.perf_counter`` cannot
+change the numbers. Escaping work (a kernel launched on a private stream that the timed stream never
+waits for) is detected by also timing a few trials with a whole-device synchronize before the end
+event: if the event-only median is under half of that, the timing is flagged.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from kevin_agent.data import TimingStats
+
+DEFAULT_FLUSH_BYTES = 256 * 1024 * 1024  # when the device does not report its L2 size
+ESCAPE_RATIO = 0.5  # event-only median below this fraction of the synced one: suspicious
+ESCAPE_MIN_GAP_MS = 0.01  # ignore gaps smaller than this (launch and wake-up noise)
+
+
+def stats_from_samples(samples_ms: Sequence[float]) -> TimingStats:
+    """Median, mean, min, max and interquartile range of timed trials (milliseconds)."""
+    if not samples_ms:
+        raise ValueError("no timing samples")
+    values = sorted(float(v) for v in samples_ms)
+    if len(values) >= 2:
+        q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    else:
+        q1 = q3 = values[0]
+    return TimingStats(
+        median_ms=statistics.median(values),
+        mean_ms=statistics.fmean(values),
+        min_ms=values[0],
+        max_ms=values[-1],
+        iqr_ms=q3 - q1,
+        trials=len(values),
+    )
+
+
+def spread_of_medians(medians_ms: Sequence[float]) -> float:
+    """(max - min) / median of several rounds' medians: the run-to-run reproducibility."""
+    middle = statistics.median(medians_ms)
+    return (max(medians_ms) - min(medians_ms)) / middle if middle > 0 else 0.0
+
+
+def flush_buffer_bytes(l2_cache_bytes: int | None) -> int:
+    """A buffer larger than twice the L2 cache (256 MiB when the size is unknown)."""
+    if not l2_cache_bytes or l2_cache_bytes <= 0:
+        return DEFAULT_FLUSH_BYTES
+    return 2 * int(l2_cache_bytes) + (1 << 20)
+
+
+def escape_reason(event_median_ms: float, synced_median_ms: float, sync_overhead_ms: float) -> str | None:
+    """Why the event-only timing looks like work escaped the timed stream, or None."""
+    synced_work = synced_median_ms - sync_overhead_ms
+    if synced_work - event_median_ms < ESCAPE_MIN_GAP_MS:
+        return None
+    if event_median_ms >= ESCAPE_RATIO * synced_work:
+        return None
+    return (
+        f"work escapes the timed stream: {event_median_ms:.4f} ms measured with CUDA events but "
+        f"{synced_work:.4f} ms when the whole device is synchronized before the end event "
+        "(kernels launched on another stream are not timed)"
+    )
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Timing primitives captured before any candidate code ran."""
+
+    event_class: Any  # torch.cuda.Event
+    record: Callable[..., Any]  # torch.cuda.Event.record
+    elapsed_time: Callable[[Any, Any], float]
+    synchronize: Callable[[], None]  # torch.cuda.synchronize (whole device)
+    perf_counter: Callable[[], float]
+    stream: Any  # the stream timing records on (the worker's current stream at start)
+
+    @classmethod
+    def from_captured(cls, captured: Any, stream: Any) -> "Clock":
+        return cls(
+            event_class=captured.get("torch.cuda.Event"),
+            record=captured.get("torch.cuda.Event.record"),
+            elapsed_time=captured.get("torch.cuda.Event.elapsed_time"),
+            synchronize=captured.get("torch.cuda.synchronize"),
+            perf_counter=captured.get("time.perf_counter"),
+            stream=stream,
+        )
+
+    def event(self) -> Any:
+        return self.event_class(enable_timing=True)
+
+
+class Timer:
+    """Times callables on one device with a flush buffer zeroed before every trial."""
+
+    def __init__(self, clock: Clock, flush: Callable[[], Any]) -> None:
+        self.clock = clock
+        self.flush = flush
+
+    def time(self, fn: Callable[..., Any], args: Sequence[Any], trials: int, warmup: int) -> list[float]:
+        """Event-only times (ms) of ``trials`` runs after ``warmup`` untimed runs."""
+        import torch
+
+        c = self.clock
+        with torch.no_grad():
+            for _ in range(warmup):
+                fn(*args)
+            c.synchronize()
+            pairs = []
+            for _ in range(trials):
+                self.flush()
+                start, end = c.event(), c.event()
+                c.record(start, c.stream)
+                fn(*args)
+                c.record(end, c.stream)
+                pairs.append((start, end))
+            c.synchronize()
+        return [c.elapsed_time(start, end) for start, end in pairs]
+
+    def time_synced(self, fn: Callable[..., Any], args: Sequence[Any], trials: int) -> list[float]:
+        """Times (ms) with a whole-device synchronize before the end event of each trial."""
+        import torch
+
+        c = self.clock
+        times = []
+        with torch.no_grad():
+            for _ in range(trials):
+                self.flush()
+                start, end = c.event(), c.event()
+                c.record(start, c.stream)
+                fn(*args)
+                c.synchronize()
+                c.record(end, c.stream)
+                c.synchronize()
+                times.append(c.elapsed_time(start, end))
+        return times
+
+    def sync_overhead_ms(self, trials: int = 10) -> float:
+        """Median synced time of an empty call: what ``time_synced`` adds by itself."""
+        return statistics.median(self.time_synced(lambda: None, (), trials))
+
+    def first_call_seconds(self, fn: Callable[..., Any], args: Sequence[Any]) -> float:
+        """Wall time of one call including device completion (e.g. torch.compile's build)."""
+        import torch
+
+        c = self.clock
+        c.synchronize()
+        started = c.perf_counter()
+        with torch.no_grad():
+            fn(*args)
+        c.synchronize()
+        return c.perf_counter() - started
+
+
+def make_flush(device: Any) -> Callable[[], Any]:
+    """A function that zeroes a buffer larger than twice the device's L2 cache."""
+    import torch
+
+    props = torch.cuda.get_device_properties(device)
+    size = flush_buffer_bytes(getattr(props, "L2_cache_size", None))
+    buffer = torch.empty(size, dtype=torch.uint8, device=device)
+    return buffer.zero_
+
+
+def escape_trials(timing_trials: int) -> int:
+    """How many synced trials the escape check uses."""
+    return max(5, min(20, timing_trials // 5))

@@ -1,0 +1,196 @@
+"""The CLI's view of a run: a live rich display on a terminal, plain lines otherwise, and the
+final table of candidates."""
+
+from __future__ import annotations
+
+import threading
+from typing import IO, Any, Optional
+
+from kevin_agent.events import (
+    CandidateGenerated,
+    Event,
+    QueueChanged,
+    RunDone,
+    RunFailed,
+    RunStarted,
+    TokensGenerated,
+    TurnDone,
+    TurnStarted,
+    VerdictReady,
+)
+from kevin_agent.run_record import RunRecord
+from kevin_agent.run_table import CandidateRow, candidate_rows, conclude
+
+
+def _speedup(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def verdict_line(event: VerdictReady) -> str:
+    verdict = event.verdict
+    outcome = f"{verdict.stage.value} {'ok' if verdict.ok else 'failed'}"
+    if verdict.counts_as_best:
+        outcome += f", {_speedup(verdict.speedup)} vs eager"
+    elif verdict.details.suspicious:
+        outcome += ", flagged suspicious"
+    return f"  {event.candidate.id}: {outcome}"
+
+
+class PlainProgress:
+    """One line per event that matters (no token or queue chatter); for pipes and logs."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self._lock = threading.Lock()
+
+    def __call__(self, event: Event) -> None:
+        line = self._line(event)
+        if line is not None:
+            with self._lock:
+                print(line, file=self.out, flush=True)
+
+    @staticmethod
+    def _line(event: Event) -> Optional[str]:
+        if isinstance(event, RunStarted):
+            return (f"run {event.run_id}: {event.class_name}, {event.trajectories} trajectories "
+                    f"x {event.turns} turns")
+        if isinstance(event, TurnStarted):
+            return f"turn {event.turn + 1}: asking the model"
+        if isinstance(event, CandidateGenerated):
+            c = event.candidate
+            problem = f" (format error: {c.parse_error})" if c.parse_error else ""
+            return f"  {c.id}: generated, {c.tokens} tokens{problem}"
+        if isinstance(event, VerdictReady):
+            return verdict_line(event)
+        if isinstance(event, TurnDone):
+            return f"turn {event.turn + 1} done; best so far {_speedup(event.best_speedup or None)}"
+        if isinstance(event, RunDone):
+            return f"run {event.run_id} {'cancelled' if event.cancelled else 'done'}"
+        if isinstance(event, RunFailed):
+            return f"run {event.run_id} failed: {event.message}"
+        return None
+
+    def __enter__(self) -> PlainProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class LiveProgress:
+    """A rich Live panel: turn, per-trajectory tokens and state, queues, best speedup."""
+
+    def __init__(self, console: Any) -> None:
+        from rich.live import Live
+
+        self.console = console
+        self._lock = threading.Lock()
+        self.run_id = ""
+        self.class_name = ""
+        self.turns = 0
+        self.turn = -1
+        self.tokens: dict[int, int] = {}
+        self.state: dict[int, str] = {}
+        self.compiling = 0
+        self.timing = 0
+        self.best = 0.0
+        self._live = Live(get_renderable=self._render, console=console, refresh_per_second=4,
+                          transient=True)
+
+    def __enter__(self) -> LiveProgress:
+        self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._live.__exit__(None, None, None)
+
+    def __call__(self, event: Event) -> None:
+        with self._lock:
+            self._apply(event)
+        if isinstance(event, (VerdictReady, RunFailed)):
+            message = verdict_line(event) if isinstance(event, VerdictReady) else \
+                f"run failed: {event.message}"
+            self._live.console.print(message, highlight=False, markup=False)
+
+    def _apply(self, event: Event) -> None:
+        if isinstance(event, RunStarted):
+            self.run_id, self.class_name, self.turns = event.run_id, event.class_name, event.turns
+            self.state = {i: "waiting" for i in range(event.trajectories)}
+        elif isinstance(event, TurnStarted):
+            self.turn = event.turn
+            self.tokens = {}
+            self.state = {i: "generating" for i in self.state}
+        elif isinstance(event, TokensGenerated):
+            self.tokens.update(event.tokens_by_trajectory)
+        elif isinstance(event, CandidateGenerated):
+            c = event.candidate
+            self.tokens[c.trajectory] = c.tokens
+            self.state[c.trajectory] = "format error" if c.parse_error else "evaluating"
+        elif isinstance(event, QueueChanged):
+            self.compiling, self.timing = event.compiling, event.timing
+        elif isinstance(event, VerdictReady):
+            v = event.verdict
+            self.state[event.candidate.trajectory] = (
+                f"{_speedup(v.speedup)}" if v.counts_as_best else
+                f"{v.stage.value} {'ok' if v.ok else 'failed'}")
+        elif isinstance(event, TurnDone):
+            self.best = max(self.best, event.best_speedup)
+
+    def _render(self) -> Any:
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        with self._lock:
+            header = Text(f"run {self.run_id} · {self.class_name} · turn {self.turn + 1}/{self.turns}"
+                          f" · compile queue {self.compiling} · GPU queue {self.timing} · best "
+                          f"{_speedup(self.best or None)}", no_wrap=True, overflow="ellipsis")
+            table = Table()
+            table.add_column("trajectory", justify="right")
+            table.add_column("tokens", justify="right")
+            table.add_column("state")
+            for index in sorted(self.state):
+                table.add_row(str(index), str(self.tokens.get(index, 0)), self.state[index])
+        return Group(header, table)
+
+
+def make_progress(console: Any) -> Any:
+    """A live display when ``console`` (stderr) is a terminal; plain lines otherwise."""
+    if console.is_terminal:
+        return LiveProgress(console)
+    return PlainProgress(console.file)
+
+
+def stdout_console() -> Any:
+    """A rich console for stdout; wide when piped so ids and numbers are never truncated."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=240)
+
+
+def _optional(value: Optional[float], fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def candidates_table(rows: list[CandidateRow], title: str) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for name in ("candidate", "traj", "turn", "stage", "ok", "kernel ms", "vs eager",
+                 "vs compile", "SOL %"):
+        table.add_column(name, justify="right" if name not in ("candidate", "stage") else "left")
+    for r in rows:
+        ok = "pending" if r.ok is None else ("yes" if r.ok else "no")
+        if r.suspicious:
+            ok += " (suspicious)"
+        table.add_row(r.candidate_id, str(r.trajectory), str(r.turn), r.stage, ok,
+                      _optional(r.kernel_ms, "{:.3f}"), _optional(r.speedup_vs_eager, "{:.2f}x"),
+                      _optional(r.speedup_vs_compile, "{:.2f}x"), _optional(r.sol_percent, "{:.0f}"))
+    return table
+
+
+def print_run_result(console: Any, record: RunRecord) -> None:
+    """The table of candidates and the conclusion, as ``kevin optimize`` and ``kevin show`` end."""
+    console.print(candidates_table(candidate_rows(record), f"run {record.run_id} ({record.status})"))
+    console.print(conclude(record).text, highlight=False, markup=False)

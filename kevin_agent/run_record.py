@@ -1,0 +1,79 @@
+"""What a stored run looks like to its readers: ``RunRecord`` (one run) and ``RunSummary`` (a row)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from kevin_agent.data import Candidate, Task, Verdict
+from kevin_agent.errors import UserInputError
+
+RUN_STATUSES = ("running", "done", "cancelled", "failed")
+
+
+@dataclass
+class RunSummary:
+    """One line of ``kevin runs``."""
+
+    run_id: str
+    class_name: str
+    created: str
+    status: str
+    best_speedup: Optional[float]  # best speedup vs eager (counts_as_best), None when none
+    candidates: int = 0
+    source_path: str = ""
+
+
+@dataclass
+class RunRecord:
+    """A run as stored: settings, task and every candidate with its verdict (None while in flight)."""
+
+    run_id: str
+    task: Task
+    settings: dict[str, Any]
+    status: str  # "running" | "done" | "cancelled" | "failed"
+    created: str
+    candidates: list[tuple[Candidate, Optional[Verdict]]]
+    updated: str = ""
+    error: Optional[str] = None  # the one-line failure message of a failed run
+    parents: dict[str, Optional[str]] = field(default_factory=dict)  # candidate id -> previous turn's
+
+    def best(self) -> tuple[Candidate, Verdict] | None:
+        """The fastest candidate that counts as best (correct, timed, not suspicious)."""
+        best: tuple[Candidate, Verdict] | None = None
+        for candidate, verdict in self.candidates:
+            if verdict is None or not verdict.counts_as_best:
+                continue
+            if best is None or verdict.speedup > best[1].speedup:
+                best = (candidate, verdict)
+        return best
+
+    def best_speedup(self) -> float:
+        found = self.best()
+        return found[1].speedup if found else 0.0
+
+    def candidate(self, candidate_id: str) -> tuple[Candidate, Optional[Verdict]]:
+        for candidate, verdict in self.candidates:
+            if candidate.id == candidate_id:
+                return candidate, verdict
+        known = ", ".join(c.id for c, _ in self.candidates[:12]) or "none"
+        raise UserInputError(
+            f"run {self.run_id} has no candidate {candidate_id!r} (candidates: {known}; "
+            f"see `kevin show {self.run_id}`)"
+        )
+
+    def lineage(self, candidate_id: str) -> list[str]:
+        """Candidate ids from turn 0 up to and including ``candidate_id`` (its history chain)."""
+        chain: list[str] = []
+        current: Optional[str] = candidate_id
+        while current is not None and current not in chain:
+            chain.append(current)
+            current = self.parents.get(current)
+        return list(reversed(chain))
+
+    @property
+    def gpu_name(self) -> Optional[str]:
+        for _, verdict in self.candidates:
+            if verdict is not None and verdict.details.gpu_name:
+                return verdict.details.gpu_name
+        return None

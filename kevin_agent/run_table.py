@@ -1,0 +1,126 @@
+"""The numbers every face shows for a run: one row per candidate, and an honest conclusion.
+
+A kernel is called a win only when it beats the faster of eager PyTorch and torch.compile;
+otherwise the conclusion says plainly which of the two is the better choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+from kevin_agent.data import Candidate, Verdict
+from kevin_agent.run_record import RunRecord
+
+REPLAY_GPU_NAME = "replay"
+
+
+@dataclass(frozen=True)
+class CandidateRow:
+    candidate_id: str
+    trajectory: int
+    turn: int
+    stage: str  # the last stage reached, "pending" while in flight
+    ok: Optional[bool]
+    kernel_ms: Optional[float]
+    speedup_vs_eager: Optional[float]
+    speedup_vs_compile: Optional[float]
+    sol_percent: Optional[float]
+    suspicious: bool
+    message: str  # first line of the verdict's message
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def candidate_row(candidate: Candidate, verdict: Optional[Verdict]) -> CandidateRow:
+    if verdict is None:
+        return CandidateRow(candidate.id, candidate.trajectory, candidate.turn, "pending", None,
+                            None, None, None, None, False, "")
+    details = verdict.details
+    sol = details.sol_fraction * 100.0 if details.sol_fraction is not None else None
+    lines = verdict.message.strip().splitlines()
+    return CandidateRow(
+        candidate_id=candidate.id, trajectory=candidate.trajectory, turn=candidate.turn,
+        stage=verdict.stage.value, ok=verdict.ok,
+        kernel_ms=details.kernel.median_ms if details.kernel else None,
+        speedup_vs_eager=details.speedup_vs_eager if verdict.correct else None,
+        speedup_vs_compile=details.speedup_vs_compile if verdict.correct else None,
+        sol_percent=sol, suspicious=details.suspicious, message=lines[0] if lines else "",
+    )
+
+
+def candidate_rows(record: RunRecord) -> list[CandidateRow]:
+    return [candidate_row(c, v) for c, v in record.candidates]
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    best_id: Optional[str]
+    speedup_vs_eager: Optional[float]
+    speedup_vs_compile: Optional[float]
+    win: bool  # beats the faster of eager and torch.compile
+    better_choice: str  # "kernel" | "torch.compile" | "eager"
+    text: str  # one or two plain sentences for the user
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _fmt(speedup: Optional[float]) -> str:
+    return "n/a" if speedup is None else f"{speedup:.2f}x"
+
+
+def conclude(record: RunRecord) -> Conclusion:
+    """What the user should take from the run."""
+    gpu = record.gpu_name
+    note = " (replayed verdicts: not a measurement)" if gpu == REPLAY_GPU_NAME else ""
+    where = f" on {gpu}" if gpu and gpu != REPLAY_GPU_NAME else ""
+    best = record.best()
+    if best is None:
+        flagged = sum(1 for _, v in record.candidates if v is not None and v.correct
+                      and v.details.suspicious)
+        extra = (f" {flagged} correct kernel{'s were' if flagged > 1 else ' was'} flagged "
+                 "suspicious and not counted.") if flagged else ""
+        return Conclusion(None, None, None, False, "eager",
+                          f"No correct kernel was found; keep the PyTorch module.{extra}{note}")
+    candidate, verdict = best
+    s_eager, s_compile = verdict.details.speedup_vs_eager, verdict.details.speedup_vs_compile
+    numbers = f"{_fmt(s_eager)} vs eager, {_fmt(s_compile)} vs torch.compile{where}"
+    if s_compile is None:
+        win = (s_eager or 0.0) > 1.0
+        better = "kernel" if win else "eager"
+        text = (f"Best kernel {candidate.id}: {_fmt(s_eager)} vs eager{where} (torch.compile was "
+                f"not timed, so this is a win over eager only)." if win else
+                f"The best kernel ({candidate.id}, {_fmt(s_eager)} vs eager) is not faster than "
+                "eager PyTorch; keep the PyTorch module.")
+        return Conclusion(candidate.id, s_eager, s_compile, win, better, text + note)
+    win = (s_eager or 0.0) > 1.0 and s_compile > 1.0
+    if win:
+        text = f"Best kernel {candidate.id}: {numbers}: a win over both."
+        better = "kernel"
+    elif s_compile < (s_eager or 0.0):
+        better = "torch.compile"
+        text = (f"torch.compile is the better choice for this module: the best kernel "
+                f"({candidate.id}) runs {numbers}.")
+    else:
+        better = "eager"
+        text = (f"Eager PyTorch is the better choice for this module (torch.compile does not help "
+                f"either): the best kernel ({candidate.id}) runs {numbers}.")
+    return Conclusion(candidate.id, s_eager, s_compile, win, better, text + note)
+
+
+def run_summary_dict(record: RunRecord) -> dict[str, Any]:
+    """The machine-readable summary of a run (``kevin optimize --json``)."""
+    conclusion = conclude(record)
+    return {
+        "run_id": record.run_id,
+        "class_name": record.task.class_name,
+        "status": record.status,
+        "error": record.error,
+        "created": record.created,
+        "trajectories": record.settings.get("trajectories"),
+        "turns": record.settings.get("turns"),
+        "best": conclusion.to_dict(),
+        "candidates": [row.to_dict() for row in candidate_rows(record)],
+    }

@@ -1,0 +1,100 @@
+"""What the session needs from its surroundings: a cancellable backend call, the context budget,
+a token counter, and the target GPU's name."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Optional, Sequence
+
+from kevin_agent.backends.base import Backend, Completion, Message, SamplingParams, TokenCallback
+from kevin_agent.errors import KevinError
+
+DEFAULT_CONTEXT_TOKENS = 32768
+MIN_PROMPT_BUDGET = 4096
+REPLAY_GPU_NAME = "replay"  # the evaluator double: names no device
+
+
+class StepFailed(Exception):
+    """A backend or evaluator failure that ends the run (carries the one-line error)."""
+
+    def __init__(self, error: KevinError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def complete_cancellable(
+    backend: Backend,
+    conversations: Sequence[Sequence[Message]],
+    params: SamplingParams,
+    on_tokens: Optional[TokenCallback],
+    cancel: threading.Event,
+    poll_s: float = 0.05,
+) -> Optional[list[Completion]]:
+    """``backend.complete`` in a helper thread; None as soon as ``cancel`` is set (reply dropped)."""
+    outcome: dict[str, Any] = {}
+    finished = threading.Event()
+
+    def call() -> None:
+        try:
+            outcome["completions"] = backend.complete(conversations, params, on_tokens)
+        except BaseException as err:  # reported to the session as a one-line failure
+            outcome["error"] = err
+        finally:
+            finished.set()
+
+    threading.Thread(target=call, name="kevin-backend", daemon=True).start()
+    while not finished.wait(poll_s):
+        if cancel.is_set():
+            _abort(backend)
+            return None
+    if cancel.is_set():
+        return None
+    error = outcome.get("error")
+    if isinstance(error, KevinError):
+        raise StepFailed(error)
+    if error is not None:
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        raise StepFailed(KevinError(
+            f"the {getattr(backend, 'name', 'model')} backend failed: "
+            f"{type(error).__name__}: {first_line}"))
+    return list(outcome["completions"])
+
+
+def _abort(backend: Backend) -> None:
+    """Ask a backend that supports it (``cancel()``) to stop its requests in flight."""
+    abort = getattr(backend, "cancel", None)
+    if callable(abort):
+        abort()
+
+
+def context_budget(backend: Backend, settings: Any) -> int:
+    """Prompt tokens available: the model's context minus the tokens reserved for the reply."""
+    context = getattr(settings.backend, "max_model_len", None)
+    if not context:
+        info = getattr(backend, "info", None)
+        if callable(info):
+            info = info()
+        context = getattr(info, "context_tokens", None) or DEFAULT_CONTEXT_TOKENS
+    return max(int(context) - int(settings.backend.max_tokens), MIN_PROMPT_BUDGET)
+
+
+def token_counter(backend: Backend, settings: Any) -> Callable[[str], int]:
+    """The backend's tokenizer when it offers one (``count_tokens``), else the model's local
+    tokenizer, else a conservative estimate (tokens.make_token_counter never downloads)."""
+    counter = getattr(backend, "count_tokens", None)
+    if callable(counter):
+        return counter
+    from kevin_agent.tokens import make_token_counter
+
+    return make_token_counter(settings.backend.model)
+
+
+def target_gpu_name(evaluator: Any, settings: Any) -> str:
+    """The GPU named in prompts: the run's setting, else the evaluator's device (not a replay),
+    else the local device, else the backend's ``target_gpu`` setting, else a generic name."""
+    from kevin_agent.prompts import target_gpu_name as prompt_gpu_name
+
+    device = getattr(evaluator, "gpu_name", None)
+    if not isinstance(device, str) or device == REPLAY_GPU_NAME:
+        device = None
+    return prompt_gpu_name(settings.gpu_name or device, getattr(settings.backend, "target_gpu", None))

@@ -1,0 +1,102 @@
+"""Editor settings (initializationOptions / workspace configuration section "kevin"), validated.
+
+A bad value never stops the server: it is named in one message and its default is used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from kevin_agent.config import BACKEND_NAMES
+
+SECTION = "kevin"
+MAX_TRAJECTORIES = 64
+MAX_TURNS = 32
+
+
+@dataclass(frozen=True)
+class LspSettings:
+    """What a run started from the editor uses; None: the project config / environment decides."""
+
+    backend: Optional[str] = None  # "openai" | "vllm" | "scripted"
+    endpoint: Optional[str] = None  # OpenAI-compatible base URL, e.g. http://localhost:8000/v1
+    model: Optional[str] = None
+    script: Optional[str] = None  # scripted backend: file of recorded responses (tests, demos)
+    trajectories: int = 4
+    turns: int = 4
+
+    def backend_flags(self) -> dict[str, Any]:
+        """The BackendSettings overrides these settings make (None: not set)."""
+        return {"backend": self.backend, "base_url": self.endpoint, "model": self.model,
+                "script": self.script}
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("expected a non-empty string")
+    return value.strip()
+
+
+def _count(limit: int):
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+            raise ValueError("expected a whole number")
+        if not 1 <= int(value) <= limit:
+            raise ValueError(f"expected 1 to {limit}")
+        return int(value)
+
+    return check
+
+
+def _backend(value: Any) -> str:
+    text = _text(value)
+    if text not in BACKEND_NAMES:
+        raise ValueError(f"expected one of {', '.join(BACKEND_NAMES)}")
+    return text
+
+
+def _endpoint(value: Any) -> str:
+    text = _text(value)
+    if not text.startswith(("http://", "https://")):
+        raise ValueError("expected an http:// or https:// URL")
+    return text
+
+
+_CHECKS = {
+    "backend": _backend,
+    "endpoint": _endpoint,
+    "model": _text,
+    "script": _text,
+    "trajectories": _count(MAX_TRAJECTORIES),
+    "turns": _count(MAX_TURNS),
+}
+
+
+def section_of(raw: Any) -> Mapping[str, Any]:
+    """The "kevin" table of raw options (nested or flat); {} for anything else."""
+    if not isinstance(raw, Mapping):
+        return {}
+    nested = raw.get(SECTION)
+    return nested if isinstance(nested, Mapping) else raw
+
+
+def parse_settings(raw: Any, base: LspSettings = LspSettings()) -> tuple[LspSettings, list[str]]:
+    """Settings from raw options over ``base``; problems as short phrases (their defaults kept)."""
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, value in section_of(raw).items():
+        check = _CHECKS.get(key)
+        if check is None or value is None:
+            continue  # other keys belong to the editor
+        try:
+            values[key] = check(value)
+        except (ValueError, TypeError) as err:
+            problems.append(f"{SECTION}.{key} = {value!r} ({err})")
+    return dataclasses.replace(base, **values), problems
+
+
+def problems_message(problems: list[str]) -> str:
+    """The one message naming every bad setting."""
+    return f"Kevin: ignoring bad settings, using defaults: {'; '.join(problems)}"

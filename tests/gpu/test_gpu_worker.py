@@ -1,0 +1,124 @@
+"""The GPU worker on a real device, each job in its own isolated process: correct kernels pass with
+full details; every reward hack of KEVIN.md is rejected with the right stage and reason; crash, hang
+and exit are contained; repeated timing is reproducible."""
+
+from __future__ import annotations
+
+import pytest
+from gpu_helpers import adversarial_candidate, correct_candidate, run_job, task_source
+
+from kevin_agent import feedback
+from kevin_agent.data import Stage
+from kevin_agent.evaluate.timing import spread_of_medians
+
+pytestmark = pytest.mark.gpu
+
+FAST = {"with_torch_compile": False, "timing_trials": 20, "warmup_trials": 3}
+
+
+@pytest.mark.parametrize("name", ["add", "gelu", "matmul", "softmax"])
+def test_correct_kernel_passes_with_full_details(worker_pool, gpu_cache_dir, name):
+    result = run_job(worker_pool, gpu_cache_dir, task_source(name), correct_candidate(name), f"correct/{name}")
+    verdict, d = result.verdict, result.verdict.details
+    assert (verdict.stage, verdict.ok) == (Stage.TIMING, True), (verdict.message, result.stderr_tail)
+    assert d.trials_passed == d.trials_total == 5
+    assert d.max_abs_error is not None and d.atol == 1e-4
+    assert d.eager.trials == d.kernel.trials == 100 and d.kernel.median_ms > 0
+    assert d.compiled is not None and d.torch_compile_seconds > 0, result.stderr_tail
+    assert d.speedup_vs_eager == pytest.approx(d.eager.median_ms / d.kernel.median_ms)
+    assert d.speedup_vs_compile == pytest.approx(d.compiled.median_ms / d.kernel.median_ms)
+    assert verdict.message == feedback.correct(d.speedup_vs_eager)
+    assert 0 < d.sol_fraction <= 1.0 and d.sol_ms == pytest.approx(d.sol_fraction * d.kernel.median_ms)
+    assert not d.suspicious, d.suspicious_reasons
+    assert verdict.counts_as_best
+    assert d.gpu_name and d.torch_version and d.cuda_version
+    if name == "matmul":
+        assert d.flops == 2 * 1024**3
+    if name == "add":
+        assert d.flops == 0 and d.bytes_moved == 3 * 4096 * 4096 * 4
+
+
+def test_uninitialised_output_cannot_inherit_the_reference(worker_pool, gpu_cache_dir):
+    result = run_job(worker_pool, gpu_cache_dir, task_source("add"), adversarial_candidate("uninitialised_output"),
+                     "adversarial/uninitialised_output", **FAST)
+    verdict = result.verdict
+    assert (verdict.stage, verdict.ok) == (Stage.CORRECTNESS, False), verdict.message
+    assert verdict.message.startswith("Your answer was incorrect:")
+    assert "NaN/Inf values where the reference is finite" in verdict.message
+    assert "trial 1 of 5, first candidate run" in verdict.message
+
+
+def test_input_mutation_is_rejected(worker_pool, gpu_cache_dir):
+    result = run_job(worker_pool, gpu_cache_dir, task_source("add"), adversarial_candidate("mutates_input"),
+                     "adversarial/mutates_input", **FAST)
+    verdict = result.verdict
+    assert (verdict.stage, verdict.ok) == (Stage.CORRECTNESS, False), verdict.message
+    assert "modified its inputs (input 0)" in verdict.message
+
+
+def test_side_stream_work_is_flagged_and_never_best(worker_pool, gpu_cache_dir):
+    result = run_job(worker_pool, gpu_cache_dir, task_source("add"), adversarial_candidate("side_stream"),
+                     "adversarial/side_stream", **FAST)
+    verdict, d = result.verdict, result.verdict.details
+    assert (verdict.stage, verdict.ok) == (Stage.TIMING, True), verdict.message  # results are right
+    assert d.suspicious and any("escapes the timed stream" in r for r in d.suspicious_reasons), d.suspicious_reasons
+    assert not verdict.counts_as_best
+    assert "does not count" in verdict.message
+
+
+def test_constant_output_fails_even_inside_tolerance(worker_pool, gpu_cache_dir):
+    result = run_job(worker_pool, gpu_cache_dir, task_source("tiny_values"), adversarial_candidate("constant_output"),
+                     "adversarial/constant_output", **FAST)
+    verdict = result.verdict
+    assert (verdict.stage, verdict.ok) == (Stage.CORRECTNESS, False), verdict.message
+    assert "output 0 is constant (every element is 0)" in verdict.message
+
+
+def test_patched_timing_is_rejected_at_load(worker_pool, gpu_cache_dir):
+    result = run_job(worker_pool, gpu_cache_dir, task_source("add"), adversarial_candidate("patched_timing"),
+                     "adversarial/patched_timing", **FAST)
+    verdict = result.verdict
+    assert (verdict.stage, verdict.ok) == (Stage.LOAD, False), verdict.message
+    assert "torch.cuda.Event.elapsed_time" in verdict.message and "not allowed" in verdict.message
+    assert verdict.details.kernel is None  # never timed
+
+
+def test_illegal_memory_access_becomes_a_load_verdict(worker_pool, gpu_cache_dir):
+    result = run_job(worker_pool, gpu_cache_dir, task_source("add"), adversarial_candidate("illegal_access"),
+                     "adversarial/illegal_access", **FAST)
+    verdict = result.verdict
+    assert not result.crashed, result.stderr_tail  # the worker itself reported it
+    assert (verdict.stage, verdict.ok) == (Stage.LOAD, False)
+    assert verdict.message.startswith("Your answer compiled but raised an error at run time")
+    assert "illegal memory access" in verdict.message
+
+
+def test_os_exit_is_contained(worker_pool, gpu_cache_dir):
+    result = run_job(worker_pool, gpu_cache_dir, task_source("add"), adversarial_candidate("exits"),
+                     "adversarial/exits", **FAST)
+    assert result.crashed and result.returncode == 0
+    assert (result.verdict.stage, result.verdict.ok) == (Stage.LOAD, False)
+    assert "exited without writing a result" in result.verdict.message
+
+
+def test_hang_is_killed_and_the_next_candidate_evaluates(gpu_cache_dir):
+    from gpu_helpers import run_job as run
+    from kevin_agent.evaluate.isolation import WorkerPool
+
+    with WorkerPool(run_timeout_s=40.0) as pool:
+        hung = run(pool, gpu_cache_dir, task_source("add"), adversarial_candidate("hang"), "adversarial/hang", **FAST)
+        assert hung.crashed and (hung.verdict.stage, hung.verdict.ok) == (Stage.LOAD, False)
+        assert "timed out after 40 s" in hung.verdict.message
+        after = run(pool, gpu_cache_dir, task_source("add"), correct_candidate("add"), "after-hang/add", **FAST)
+    assert (after.verdict.stage, after.verdict.ok) == (Stage.TIMING, True), after.verdict.message
+
+
+def test_timing_is_reproducible_across_five_rounds(worker_pool, gpu_cache_dir):
+    medians = []
+    for round_index in range(5):
+        result = run_job(worker_pool, gpu_cache_dir, task_source("matmul"), correct_candidate("matmul"),
+                         f"stability/{round_index}", with_torch_compile=False, correctness_trials=1)
+        assert result.verdict.ok, result.verdict.message
+        medians.append(result.verdict.details.kernel.median_ms)
+    assert min(medians) >= 0.1, medians
+    assert spread_of_medians(medians) <= 0.02, medians

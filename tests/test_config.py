@@ -1,0 +1,119 @@
+"""Backend settings: flags > environment > config file > defaults; bad values name key and file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kevin_agent.config import (
+    DEFAULT_BASE_URL,
+    BackendSettings,
+    load_config,
+    resolve_backend_settings,
+)
+from kevin_agent.errors import UserInputError
+
+
+def test_defaults() -> None:
+    settings = resolve_backend_settings({}, {}, {})
+    assert settings == BackendSettings()
+    assert (settings.backend, settings.model, settings.temperature, settings.max_tokens) == (
+        "openai", "cognition-ai/Kevin-32B", 0.9, 16384)
+    assert settings.resolved_base_url == DEFAULT_BASE_URL == "http://localhost:8000/v1"
+
+
+def test_pyproject_tool_kevin(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n\n[tool.kevin]\nmodel = "my/model"\nconcurrency = 3\n'
+        'temperature = 0.6\ntrajectories = 16\n'
+    )
+    config = load_config(tmp_path)
+    assert config["model"] == "my/model" and config.source == tmp_path / "pyproject.toml"
+    settings = resolve_backend_settings({}, {}, config)
+    assert (settings.model, settings.concurrency, settings.temperature) == ("my/model", 3, 0.6)
+
+
+def test_kevin_toml_wins_and_may_be_top_level(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.kevin]\nmodel = "from/pyproject"\n')
+    (tmp_path / "kevin.toml").write_text('model = "from/kevin-toml"\nbase_url = "http://gpu:9000/v1"\n')
+    config = load_config(tmp_path)
+    assert config.source == tmp_path / "kevin.toml"
+    settings = resolve_backend_settings({}, {}, config)
+    assert settings.model == "from/kevin-toml" and settings.resolved_base_url == "http://gpu:9000/v1"
+
+
+def test_search_upward_from_a_subfolder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "kevin.toml").write_text('[tool.kevin]\nmax_tokens = 20000\n')
+    sub = tmp_path / "src" / "pkg"
+    sub.mkdir(parents=True)
+    monkeypatch.chdir(sub)
+    assert load_config(None)["max_tokens"] == 20000
+
+
+def test_no_file_is_an_empty_config(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    config = load_config(tmp_path)
+    assert dict(config) == {} and config.source is None
+
+
+def test_precedence_flags_env_config() -> None:
+    config = {"model": "config/model", "base_url": "http://config/v1", "api_key": "config-key",
+              "concurrency": 2}
+    env = {"KEVIN_MODEL": "env/model", "OPENAI_API_KEY": "openai-key", "KEVIN_BASE_URL": "http://env/v1"}
+    flags = {"model": "flag/model", "base_url": None, "concurrency": None}
+    settings = resolve_backend_settings(flags, env, config)
+    assert settings.model == "flag/model"  # flag beats env and config
+    assert settings.base_url == "http://env/v1"  # env beats config; a None flag is no flag
+    assert settings.api_key == "openai-key"
+    assert settings.concurrency == 2  # from config
+    both = resolve_backend_settings({}, {"KEVIN_API_KEY": "kevin", "OPENAI_API_KEY": "openai"}, {})
+    assert both.api_key == "kevin"
+
+
+def test_bad_config_value_names_key_and_file(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.kevin]\nconcurrency = "lots"\n')
+    config = load_config(tmp_path)
+    with pytest.raises(UserInputError) as err:
+        resolve_backend_settings({}, {}, config)
+    message = str(err.value)
+    assert "'concurrency'" in message and str(tmp_path / "pyproject.toml") in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("key, value", [("backend", "llamacpp"), ("max_tokens", 0),
+                                        ("temperature", -1), ("stream", "maybe"), ("model", ""),
+                                        ("base_url", "localhost:8000/v1")])
+def test_bad_values_rejected(key: str, value: object) -> None:
+    with pytest.raises(UserInputError, match=key):
+        resolve_backend_settings({}, {}, {key: value})
+
+
+def test_bad_env_value_names_the_variable() -> None:
+    with pytest.raises(UserInputError, match="KEVIN_BACKEND"):
+        resolve_backend_settings({}, {"KEVIN_BACKEND": "tgi"}, {})
+
+
+def test_bad_flag_value_names_the_option() -> None:
+    with pytest.raises(UserInputError, match="--tensor-parallel-size"):
+        resolve_backend_settings({"tensor_parallel_size": 0}, {}, {})
+
+
+def test_invalid_toml_is_one_line_error(tmp_path: Path) -> None:
+    (tmp_path / "kevin.toml").write_text("model = \n")
+    with pytest.raises(UserInputError) as err:
+        load_config(tmp_path)
+    assert str(tmp_path / "kevin.toml") in str(err.value) and "TOML" in str(err.value)
+
+
+def test_scripted_needs_a_script() -> None:
+    with pytest.raises(UserInputError, match="--script"):
+        resolve_backend_settings({"backend": "scripted"}, {}, {})
+    settings = resolve_backend_settings({"backend": "scripted"}, {"KEVIN_SCRIPT": "s.json"}, {})
+    assert settings.script == "s.json"
+
+
+def test_string_numbers_from_env_style_values_convert() -> None:
+    settings = resolve_backend_settings({"max_model_len": "65536", "stream": "false",
+                                         "timeout_s": "30"}, {}, {})
+    assert (settings.max_model_len, settings.stream, settings.timeout_s) == (65536, False, 30.0)

@@ -1,0 +1,144 @@
+"""``kevin eval`` end to end in a real subprocess: exit codes, one-line errors, JSON shape."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+KERNELS = Path(__file__).parent / "fixtures" / "kernels"
+ADD_TASK = str(KERNELS / "add_task.py")
+ADD_CANDIDATE = str(KERNELS / "add_candidate.py")
+
+
+@pytest.fixture(scope="session")
+def shared_build_cache() -> Path:
+    """One build cache for the modules that compile (same in test_evaluator.py / test_eval_cli.py).
+
+    Outside pytest's rotating basetemp (concurrent sessions prune it); content-addressed and
+    locked, so reuse across runs is safe and only the first run pays for the compile.
+    """
+    return Path(os.environ.get("KEVIN_TEST_BUILD_CACHE") or Path(tempfile.gettempdir()) / "kevin-test-build-cache")
+
+
+def kevin(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "kevin_agent", "eval", *args], capture_output=True,
+                          text=True, env=full_env, timeout=timeout)
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout == ""
+    return lines[0]
+
+
+def test_missing_candidate_is_exit_2(tmp_path: Path) -> None:
+    proc = kevin(ADD_TASK, str(tmp_path / "missing.py"))
+    assert proc.returncode == 2
+    assert "candidate file not found" in one_line_error(proc)
+
+
+def test_candidate_directory_is_exit_2(tmp_path: Path) -> None:
+    proc = kevin(ADD_TASK, str(tmp_path))
+    assert proc.returncode == 2
+    assert "directory" in one_line_error(proc)
+
+
+def test_bad_task_spec_is_exit_2(tmp_path: Path) -> None:
+    proc = kevin(str(tmp_path / "nowhere.py") + "::Model", ADD_CANDIDATE)
+    assert proc.returncode == 2
+    assert "nowhere.py" in one_line_error(proc)
+
+
+def test_task_class_missing_is_exit_2() -> None:
+    proc = kevin(ADD_TASK + "::NoSuchClass", ADD_CANDIDATE)
+    assert proc.returncode == 2
+    assert "NoSuchClass" in one_line_error(proc)
+
+
+def test_bad_arch_is_exit_2() -> None:
+    proc = kevin(ADD_TASK, ADD_CANDIDATE, "--compile-only", "--arch", "sm_90")
+    assert proc.returncode == 2
+    assert "--arch" in one_line_error(proc)
+
+
+@pytest.mark.nogpu
+def test_no_device_without_compile_only_is_exit_3() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.fail("this test needs a machine without a CUDA device; run it on CI, not the GPU host")
+    proc = kevin(ADD_TASK, ADD_CANDIDATE)
+    assert proc.returncode == 3
+    assert "no CUDA device" in one_line_error(proc)
+
+
+def test_missing_nvcc_is_exit_3(tmp_path: Path) -> None:
+    # the CLI in a child process with no nvcc on CUDA_HOME, PATH or the fallback locations
+    code = ("import sys, kevin_agent.evaluate.environment as e; e.FALLBACK_NVCC = (); "
+            "from kevin_agent.cli import main; sys.exit(main(sys.argv[1:]))")
+    env = {**os.environ, "CUDA_HOME": str(tmp_path), "CUDA_PATH": str(tmp_path),
+           "PATH": os.path.dirname(sys.executable)}
+    proc = subprocess.run([sys.executable, "-c", code, "eval", ADD_TASK, ADD_CANDIDATE, "--compile-only"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 3
+    assert "nvcc not found" in one_line_error(proc)
+
+
+def test_static_rejection_prints_json_and_exits_0(tmp_path: Path) -> None:
+    hack = tmp_path / "hack.py"
+    hack.write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                    "    def forward(self, a, b):\n        return a + b\n")
+    proc = kevin(ADD_TASK, str(hack), "--compile-only", "--json")
+    assert proc.returncode == 0, proc.stderr
+    verdict = json.loads(proc.stdout)
+    assert verdict["stage"] == "static" and verdict["ok"] is False and verdict["correct"] is False
+    assert verdict["message"].startswith("Your answer was rejected by the static checks")
+    assert verdict["details"]["static_rule"]
+
+
+def test_readable_output_names_stage_and_rule(tmp_path: Path) -> None:
+    hack = tmp_path / "hack.py"
+    hack.write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                    "    def forward(self, a, b):\n        return a + b\n")
+    proc = kevin(ADD_TASK, str(hack), "--compile-only")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("stage: static (FAILED)")
+    assert "static rule:" in proc.stdout
+
+
+@pytest.mark.nvcc
+@pytest.mark.timeout(1800)  # a cold compile on a busy 2-core CI machine
+def test_compile_only_json_shape(shared_build_cache: Path) -> None:
+    proc = kevin(ADD_TASK, ADD_CANDIDATE, "--compile-only", "--json", "--arch", "9.0",
+                 "--cache", str(shared_build_cache))
+    assert proc.returncode == 0, proc.stderr
+    verdict = json.loads(proc.stdout)
+    assert set(verdict) >= {"stage", "ok", "correct", "message", "details"}
+    assert verdict["stage"] == "compile" and verdict["ok"] is True and verdict["correct"] is False
+    assert verdict["message"] == "Your answer compiled; it was not run."
+    details = verdict["details"]
+    assert details["build_seconds"] is not None and details["build_seconds"] >= 0
+    assert isinstance(details["cache_hit"], bool)
+    assert details["build_path"] in ("split", "whole")
+
+
+def test_eval_modules_import_without_heavy_packages() -> None:
+    code = (
+        "import sys\n"
+        "import kevin_agent.cli, kevin_agent.commands.eval_cmd\n"
+        "import kevin_agent.evaluate.evaluator, kevin_agent.evaluate.isolation\n"
+        "import kevin_agent.evaluate.environment, kevin_agent.evaluate.replay\n"
+        "heavy = [m for m in ('torch', 'numpy', 'rich', 'git', 'openai', 'pygls', 'textual') if m in sys.modules]\n"
+        "print(','.join(heavy))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == ""

@@ -1,0 +1,61 @@
+"""Units under the TUI: module discovery, setup defaults and settings, the plot, the command."""
+
+from __future__ import annotations
+
+import pytest
+
+from kevin_agent.cli import main
+from kevin_agent.errors import UserInputError
+from kevin_agent.tui.discovery import scan_modules
+from kevin_agent.tui.run_setup import SetupValues, default_values, run_settings
+from kevin_agent.tui.widgets import best_so_far
+from tui_support import NO_INPUTS
+
+
+def test_scan_skips_environments_and_broken_files(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text(NO_INPUTS)
+    for skipped in (".venv/lib", "node_modules/x", ".kevin", "lib/site-packages/torch"):
+        (tmp_path / skipped).mkdir(parents=True)
+        (tmp_path / skipped / "m.py").write_text(NO_INPUTS)
+    (tmp_path / "broken.py").write_text("class Broken(nn.Module:\n")
+    (tmp_path / "side_effect.py").write_text(
+        "import pathlib\npathlib.Path('ran').write_text('x')\nimport torch.nn as nn\n"
+        "class A(nn.Module):\n    pass\n")
+    found = [(e.label, e.module.name, e.module.has_inputs) for e in scan_modules(tmp_path)]
+    assert found == [("pkg/m.py", "Doubler", False), ("side_effect.py", "A", False)]
+    assert not (tmp_path / "ran").exists()  # files are read, never executed
+
+
+def test_setup_defaults_come_from_the_project_config(tmp_path):
+    (tmp_path / "kevin.toml").write_text('backend = "openai"\nbase_url = "http://gpu-box:9000/v1"\n'
+                                         'model = "my/kevin"\n')
+    values = default_values(tmp_path, env={})
+    assert (values.backend, values.endpoint, values.model) == ("openai", "http://gpu-box:9000/v1",
+                                                               "my/kevin")
+    settings = run_settings(SetupValues(backend="openai", endpoint=values.endpoint, model="m2",
+                                        trajectories="3", turns="2", target_speedup="1.5"),
+                            tmp_path, env={})
+    assert (settings.trajectories, settings.turns, settings.target_speedup) == (3, 2, 1.5)
+    assert settings.backend.base_url == "http://gpu-box:9000/v1" and settings.backend.model == "m2"
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("trajectories", "0", "at least 1"), ("turns", "x", "whole number"),
+    ("target_speedup", "-1", "positive"), ("endpoint", "ftp://x", "http"),
+])
+def test_setup_rejects_bad_fields_with_one_line(tmp_path, field, value, message):
+    values = SetupValues(backend="openai")
+    setattr(values, field, value)
+    with pytest.raises(UserInputError, match=message):
+        run_settings(values, tmp_path, env={})
+
+
+def test_best_so_far_is_a_running_maximum_per_trajectory():
+    series = best_so_far({0: {0: 0.0, 1: 2.0, 2: 1.0}, 1: {0: 0.8}}, turns=3)
+    assert series == {0: [0.0, 2.0, 2.0], 1: [0.8, None, None]}
+
+
+def test_kevin_tui_on_a_missing_path_is_a_one_line_error(capsys):
+    assert main(["tui", "/no/such/folder"]) == 2
+    assert capsys.readouterr().err.strip() == "kevin tui: /no/such/folder: no such file or folder"

@@ -1,0 +1,83 @@
+"""A stand-in GPU worker speaking the real worker protocol (READY, one job path, result file).
+
+Start modes come from argv (``python standin.py [noready|slowstart]``): noready exits before
+READY; slowstart sleeps START_DELAY seconds before READY. The job's candidate source names what
+to do with the job (a "standin: MODE" comment, else its first word): normal, crash (SIGSEGV), abort (CUDA-like error text then SIGABRT), hang,
+exit3 (os._exit(3)), noresult (exit 0 without a result), grandchild (start a sleeping child,
+write its pid to $GRANDCHILD_PID_FILE, then hang), env (report visible secret-looking variables). Every result message is a JSON object with
+the pid, cwd and (env mode) the visible secret names, so tests can assert on them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH")
+SECRET_PREFIXES = ("OPENAI_", "ANTHROPIC_", "HF_", "HUGGING", "AWS_", "GITHUB_")
+
+
+def visible_secrets() -> list[str]:
+    return sorted(
+        name for name in os.environ
+        if any(w in name.upper() for w in SECRET_WORDS) or name.upper().startswith(SECRET_PREFIXES)
+    )
+
+
+def write_result(path: str, info: dict) -> None:
+    verdict = {
+        "stage": "timing",
+        "ok": True,
+        "message": json.dumps(info),
+        "details": {"speedup_vs_eager": 1.5, "gpu_name": "stand-in"},
+    }
+    tmp = path + ".tmp"
+    with open(tmp, "w") as handle:
+        json.dump({"verdict": verdict}, handle)
+    os.replace(tmp, path)
+
+
+def main(start_mode: str) -> None:
+    if start_mode == "noready":
+        print("cannot start: no CUDA here", file=sys.stderr)
+        sys.exit(1)
+    if start_mode == "slowstart":
+        time.sleep(float(os.environ.get("START_DELAY", "1.0")))
+    print("READY", flush=True)
+    job_path = sys.stdin.readline().strip()
+    with open(job_path) as handle:
+        job = json.load(handle)
+    marker = re.search(r"standin: (\w+)", job["candidate_source"])
+    mode = marker.group(1) if marker else job["candidate_source"].split()[0]
+    info = {"pid": os.getpid(), "cwd": os.getcwd(), "candidate": job["candidate_source"],
+            "arch": job["settings"].get("arch"), "cache_dir": job["cache_dir"]}
+    if mode == "crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif mode == "abort":
+        print("CUDA error: an illegal memory access was encountered", file=sys.stderr, flush=True)
+        os.abort()
+    elif mode == "hang":
+        time.sleep(3600)
+    elif mode == "exit3":
+        os._exit(3)
+    elif mode == "noresult":
+        sys.exit(0)
+    elif mode == "grandchild":
+        child = subprocess.Popen(["sleep", "3600"])
+        with open(os.environ["GRANDCHILD_PID_FILE"], "w") as handle:
+            handle.write(str(child.pid))
+        time.sleep(3600)
+    elif mode == "env":
+        info["visible_secrets"] = visible_secrets()
+        info["path_set"] = bool(os.environ.get("PATH"))
+        info["cuda_vars"] = sorted(n for n in os.environ if n.startswith("CUDA_"))
+    write_result(job["result_path"], info)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "")

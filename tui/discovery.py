@@ -1,0 +1,84 @@
+"""Find the nn.Module classes under a folder, by reading files (no user code runs)."""
+
+from __future__ import annotations
+
+import os
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+from kevin_agent.errors import KevinError
+from kevin_agent.task import ModuleClass, find_module_classes
+
+SKIPPED_DIRS = frozenset({".venv", "venv", ".git", "node_modules", ".kevin", "site-packages",
+                          "__pycache__", ".mypy_cache", ".pytest_cache", ".tox", "build", "dist"})
+MAX_FILE_BYTES = 1_000_000
+
+
+@dataclass(frozen=True)
+class ModuleEntry:
+    """One nn.Module class of one file, with its accepted kernel's speedup when there is one."""
+
+    path: Path  # absolute
+    label: str  # path relative to the browsed folder
+    module: ModuleClass
+    accepted_speedup: Optional[float] = None
+    accepted_run: str = ""
+
+    @property
+    def spec(self) -> str:
+        """``FILE.py::Class`` for load_task."""
+        return f"{self.path}::{self.module.name}"
+
+
+def python_files(root: Path) -> Iterator[Path]:
+    """The .py files under ``root`` (or ``root`` itself), skipping environments and caches."""
+    if root.is_file():
+        if root.suffix == ".py":
+            yield root
+        return
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.endswith(".egg-info"))
+        for name in sorted(files):
+            if name.endswith(".py"):
+                yield Path(folder) / name
+
+
+def _read(path: Path) -> Optional[str]:
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            return None
+        with tokenize.open(path) as handle:
+            return handle.read()
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+
+
+def _accepted(repo_root: Optional[Path], path: Path, class_name: str) -> tuple[Optional[float], str]:
+    if repo_root is None:
+        return None, ""
+    from kevin_agent.accept import find_accepted
+
+    found = find_accepted(repo_root, path, class_name)
+    return (found.speedup_vs_eager, found.run_id) if found else (None, "")
+
+
+def scan_modules(root: Path, repo_root: Optional[Path] = None) -> list[ModuleEntry]:
+    """Every nn.Module class under ``root``, sorted by path and line; unreadable or broken files are skipped."""
+    root = root.resolve()
+    base = root if root.is_dir() else root.parent
+    entries: list[ModuleEntry] = []
+    for path in python_files(root):
+        source = _read(path)
+        if not source or "Module" not in source:
+            continue
+        try:
+            classes = find_module_classes(source, str(path))
+        except KevinError:
+            continue  # a syntax error: not ours to report here
+        label = path.relative_to(base).as_posix()
+        for module in classes:
+            speedup, run_id = _accepted(repo_root, path, module.name)
+            entries.append(ModuleEntry(path, label, module, speedup, run_id))
+    return sorted(entries, key=lambda e: (e.label, e.module.start_line))

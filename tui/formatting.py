@@ -1,0 +1,107 @@
+"""Plain text for the TUI's tables and panels, from core data (no widgets here)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from kevin_agent.data import Candidate, Verdict
+from kevin_agent.run_table import candidate_row
+
+ROW_COLUMNS = ("traj", "turn", "verdict", "kernel ms", "x eager", "x compile", "SoL %")
+ROW_WIDTHS = (4, 4, 18, 9, 7, 9, 5)  # fixed: rows arrive one by one during a run
+
+
+def fill_table(table: Any, headers: Sequence[str], rows: Sequence[Sequence[str]],
+               keys: Sequence[str]) -> None:
+    """Replace a DataTable's columns and rows, columns sized to their content (not lazily)."""
+    table.clear(columns=True)
+    for index, header in enumerate(headers):
+        width = max([len(header)] + [len(row[index]) for row in rows])
+        table.add_column(header, width=width)
+    for row, key in zip(rows, keys):
+        table.add_row(*row, key=key)
+
+
+def _num(value: Optional[float], pattern: str) -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def verdict_label(verdict: Optional[Verdict]) -> str:
+    """A short cell: the stage reached and whether it passed, or the speed verdict."""
+    if verdict is None:
+        return "evaluating"
+    if verdict.details.suspicious and verdict.correct:
+        return "suspicious"
+    if verdict.counts_as_best:
+        return "correct"
+    if verdict.ok:
+        return f"{verdict.stage.value} ok"
+    return f"{verdict.stage.value} failed"
+
+
+def row_cells(candidate: Candidate, verdict: Optional[Verdict]) -> tuple[str, ...]:
+    """One DataTable row: trajectory, turn, verdict, kernel ms, speedups, speed-of-light %."""
+    row = candidate_row(candidate, verdict)
+    return (
+        str(candidate.trajectory),
+        str(candidate.turn),
+        verdict_label(verdict),
+        _num(row.kernel_ms, "{:.3f}"),
+        _num(row.speedup_vs_eager, "{:.2f}x"),
+        _num(row.speedup_vs_compile, "{:.2f}x"),
+        _num(row.sol_percent, "{:.0f}"),
+    )
+
+
+def verdict_text(verdict: Optional[Verdict]) -> str:
+    """The verdict for the user: message, numbers that exist, compiler or run-time errors."""
+    if verdict is None:
+        return "Not evaluated yet."
+    d = verdict.details
+    lines = [f"Stage: {verdict.stage.value} ({'passed' if verdict.ok else 'failed'})", "",
+             verdict.message.strip(), ""]
+    if d.trials_total:
+        lines.append(f"Correctness trials: {d.trials_passed}/{d.trials_total}")
+    if d.max_abs_error is not None:
+        lines.append(f"Max abs error: {d.max_abs_error:.3g}")
+    for name, stats in (("eager", d.eager), ("torch.compile", d.compiled), ("kernel", d.kernel)):
+        if stats is not None:
+            lines.append(f"{name} median: {stats.median_ms:.3f} ms ({stats.trials} trials)")
+    if d.speedup_vs_eager is not None:
+        lines.append(f"Speedup vs eager: {d.speedup_vs_eager:.2f}x")
+    if d.speedup_vs_compile is not None:
+        lines.append(f"Speedup vs torch.compile: {d.speedup_vs_compile:.2f}x")
+    if d.sol_fraction is not None:
+        lines.append(f"Speed of light: {d.sol_fraction * 100:.0f}%")
+    if d.suspicious:
+        lines.append("Suspicious: " + ("; ".join(d.suspicious_reasons) or "flagged"))
+    if d.gpu_name:
+        lines.append(f"GPU: {d.gpu_name}" + (" (replayed, not a measurement)"
+                                             if d.gpu_name == "replay" else ""))
+    for title, text in (("Compiler errors", d.compiler_errors), ("Error", d.error)):
+        if text:
+            lines += ["", f"{title}:", text.rstrip()]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def cuda_sources(code: Optional[str]) -> str:
+    """The C++/CUDA sources of the candidate's load_inline calls, joined; "" when none extracted."""
+    if not code:
+        return ""
+    from kevin_agent.accept.extract import CandidateSource, find_extension_calls
+    from kevin_agent.errors import KevinError
+
+    try:
+        calls = find_extension_calls(CandidateSource.parse(code))
+    except (KevinError, SyntaxError, ValueError):
+        return ""
+    parts = []
+    for call in calls:
+        for source in (call.cuda_source, call.cpp_source):
+            if source and source.strip():
+                parts.append(source.strip("\n"))
+    return "\n\n".join(parts) + ("\n" if parts else "")
+
+
+def speedup_text(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.2f}x"

@@ -1,0 +1,210 @@
+"""The live run: candidates table, speedup plot, progress; also shows past runs from the store."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Optional
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from kevin_agent.data import Candidate, Verdict
+from kevin_agent.events import (CandidateGenerated, QueueChanged, RunDone, RunFailed, RunStarted,
+                                TokensGenerated, TurnStarted, VerdictReady)
+from kevin_agent.tui.formatting import ROW_COLUMNS, ROW_WIDTHS, row_cells
+from kevin_agent.tui.messages import RunEventArrived, RunFinished
+from kevin_agent.tui.widgets import RunProgress, SpeedupPlot
+
+ACTIVE = ("starting", "running", "cancelling")
+
+
+class RunScreen(Screen):
+    """Starts a run on mount (``settings`` given) or shows a stored one (``record`` given)."""
+
+    BINDINGS = [
+        Binding("enter", "details", "Details"),
+        Binding("c", "cancel_run", "Cancel run"),
+        Binding("a", "accept", "Accept & commit"),
+        Binding("d", "discard", "Discard"),
+        Binding("escape", "back", "Back"),
+    ]
+
+    def __init__(self, *, entry: Any = None, settings: Any = None, record: Any = None) -> None:
+        super().__init__(id="run")
+        self.entry, self.settings = entry, settings
+        self.rows: dict[str, tuple[Candidate, Optional[Verdict]]] = {}
+        self.run_id: str = record.run_id if record is not None else ""
+        self.status = "starting" if record is None else record.status
+        self.turns = settings.turns if settings is not None else int(
+            (record.settings or {}).get("turns", 1))
+        self.turn = 0
+        self.tokens_by_turn: dict[int, int] = {}
+        self.queue = (0, 0)
+        self.cancel_event = threading.Event()
+        self._record = record
+
+    # -- layout --------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield RunProgress(id="progress")
+        yield DataTable(id="candidates", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="conclusion")
+        yield SpeedupPlot(self.turns, id="plot")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#candidates", DataTable)
+        self.columns = [table.add_column(name, width=width)
+                        for name, width in zip(ROW_COLUMNS, ROW_WIDTHS)]
+        if self._record is not None:
+            self.load_record(self._record)
+        else:
+            name = self.entry.module.name if self.entry is not None else ""
+            self.sub_title = f"{name} · starting"
+            self.app.start_run(self, self.entry.spec, self.settings,  # type: ignore[attr-defined]
+                               self.cancel_event)
+        self._refresh_progress()
+        table.focus()
+
+    @property
+    def running(self) -> bool:
+        return self.status in ACTIVE
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "cancel_run":
+            return True if self.running else None
+        if action in ("discard", "back"):
+            return None if self.running else True
+        if action in ("accept", "details"):
+            return True if self.selected is not None else None
+        return True
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def selected(self) -> Optional[tuple[Candidate, Optional[Verdict]]]:
+        if not self.rows:
+            return None
+        table = self.query_one("#candidates", DataTable)
+        keys = list(self.rows)
+        return self.rows[keys[min(max(table.cursor_row, 0), len(keys) - 1)]]
+
+    def _set_row(self, candidate: Candidate, verdict: Optional[Verdict]) -> None:
+        table = self.query_one("#candidates", DataTable)
+        cells = row_cells(candidate, verdict)
+        if candidate.id in self.rows:
+            for column, value in zip(self.columns, cells):
+                table.update_cell(candidate.id, column, value)
+        else:
+            table.add_row(*cells, key=candidate.id)
+        self.rows[candidate.id] = (candidate, verdict)
+        if verdict is not None:
+            speedup = verdict.speedup if verdict.counts_as_best else 0.0
+            self.query_one(SpeedupPlot).set_point(candidate.trajectory, candidate.turn, speedup)
+        self.refresh_bindings()
+
+    def _refresh_progress(self) -> None:
+        tokens = sum(self.tokens_by_turn.values())
+        self.query_one(RunProgress).show(self.status, self.turn, self.turns, tokens, *self.queue)
+        name = self.entry.module.name if self.entry is not None else ""
+        if self._record is not None:
+            name = self._record.task.class_name
+        self.sub_title = " · ".join(p for p in (name, self.run_id, self.status) if p)
+
+    def load_record(self, record: Any) -> None:
+        """Show a stored run (past run, or the live run once it returned)."""
+        self._record = record
+        self.run_id, self.status = record.run_id, record.status
+        self.turns = max(self.turns, 1 + max((c.turn for c, _ in record.candidates), default=0))
+        self.query_one(SpeedupPlot).turns = self.turns
+        for candidate, verdict in record.candidates:
+            self._set_row(candidate, verdict)
+            self.turn = max(self.turn, candidate.turn)
+        if not self.tokens_by_turn:
+            for candidate, _ in record.candidates:
+                self.tokens_by_turn[candidate.turn] = (self.tokens_by_turn.get(candidate.turn, 0)
+                                                       + candidate.tokens)
+        self.queue = (0, 0)
+        from kevin_agent.run_table import conclude
+
+        text = conclude(record).text
+        if record.status == "failed" and record.error:
+            text = f"Run failed: {record.error}"
+        self.query_one("#conclusion", Static).update(text)
+        self._refresh_progress()
+        self.refresh_bindings()
+
+    def mark_failed(self, message: str) -> None:
+        """The run could not start or crashed outside the session (the app notified already)."""
+        self.status = "failed"
+        self.query_one("#conclusion", Static).update(f"Run failed: {message}")
+        self._refresh_progress()
+        self.refresh_bindings()
+
+    # -- events from the worker ----------------------------------------------------------------
+
+    def on_run_event_arrived(self, message: RunEventArrived) -> None:
+        message.stop()
+        event = message.event
+        if isinstance(event, RunStarted):
+            self.run_id, self.status = event.run_id, "running"
+        elif isinstance(event, TurnStarted):
+            self.turn = event.turn
+        elif isinstance(event, TokensGenerated):
+            self.tokens_by_turn[event.turn] = sum(event.tokens_by_trajectory.values())
+        elif isinstance(event, CandidateGenerated):
+            self._set_row(event.candidate, self.rows.get(event.candidate.id, (None, None))[1])
+        elif isinstance(event, QueueChanged):
+            self.queue = (event.compiling, event.timing)
+        elif isinstance(event, VerdictReady):
+            self._set_row(event.candidate, event.verdict)
+        elif isinstance(event, RunFailed):
+            self.notify(event.message, title="Run failed", severity="error", timeout=10)
+        elif isinstance(event, RunDone) and self.status != "cancelling":
+            self.status = "cancelled" if event.cancelled else "done"
+        self._refresh_progress()
+
+    def on_run_finished(self, message: RunFinished) -> None:
+        message.stop()
+        self.load_record(message.record)
+        if message.record.status == "cancelled":
+            self.notify(f"Run {self.run_id} cancelled; finished work is kept in the store.",
+                        title="Cancelled")
+
+    # -- actions -------------------------------------------------------------------------------
+
+    def action_cancel_run(self) -> None:
+        if self.running:
+            self.cancel_event.set()
+            self.status = "cancelling"
+            self._refresh_progress()
+            self.refresh_bindings()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_details()
+
+    def action_details(self) -> None:
+        chosen = self.selected
+        if chosen is None:
+            return
+        from kevin_agent.tui.screens.candidate import CandidateScreen
+
+        self.app.push_screen(CandidateScreen(self.run_id, chosen[0], chosen[1]))
+
+    def action_accept(self) -> None:
+        chosen = self.selected
+        if chosen is not None and self.run_id:
+            self.app.request_accept(self.run_id, chosen[0].id)  # type: ignore[attr-defined]
+
+    def action_discard(self) -> None:
+        if not self.running:
+            self.notify(f"Nothing written; run {self.run_id} stays in the store.", title="Discarded")
+            self.app.pop_screen()
+
+    def action_back(self) -> None:
+        if not self.running:
+            self.app.pop_screen()

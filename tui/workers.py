@@ -1,0 +1,96 @@
+"""The app's long work, each in a thread worker; results come back as Messages.
+
+Every worker runs on the App, so the App's one ``Worker.StateChanged`` handler sees every failure.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Optional
+
+from textual import work
+from textual.message_pump import MessagePump
+
+from kevin_agent.tui.messages import (AcceptCommitted, AcceptPlanned, ModulesScanned,
+                                      RunEventArrived, RunFinished, RunLoaded, RunsListed, UndoDone)
+
+WORK = dict(thread=True, exclusive=True, exit_on_error=False)
+
+
+class WorkersMixin:
+    """Mixed into KevinApp: needs ``self.deps`` (app.AppDeps) and Textual's App."""
+
+    deps: Any
+
+    @work(group="scan", **WORK)
+    def scan_modules(self, target: MessagePump) -> None:
+        from kevin_agent.tui.discovery import scan_modules
+
+        target.post_message(ModulesScanned(scan_modules(self.deps.root, self.deps.repo_root)))
+
+    @work(group="run", **WORK)
+    def start_run(self, target: MessagePump, spec: str, settings: Any,
+                  cancel: threading.Event) -> None:
+        """load_task -> backend -> evaluator -> Session.run; events stream to ``target``."""
+        from kevin_agent.session import Session
+        from kevin_agent.task import load_task
+
+        task = load_task(spec)
+        backend = self.deps.backend_factory(settings.backend)
+        evaluator, owned = self._evaluator(settings)
+        run_id: Optional[str] = self.deps.run_ids() if self.deps.run_ids else None
+        try:
+            session = Session(task, settings, backend, evaluator, self.deps.store,
+                              lambda event: target.post_message(RunEventArrived(event)), run_id)
+            record = session.run(cancel)
+        finally:
+            close = getattr(evaluator, "close", None)
+            if owned and callable(close):
+                close()
+        target.post_message(RunFinished(record))
+
+    def _evaluator(self, settings: Any) -> tuple[Any, bool]:
+        if self.deps.evaluator is not None:
+            return self.deps.evaluator, False
+        from kevin_agent.evaluate.evaluator import make_evaluator
+
+        evaluator = make_evaluator(settings.evaluator, settings.eval)
+        check = getattr(evaluator, "check_environment", None)
+        if callable(check):
+            check()
+        return evaluator, True
+
+    @work(group="runs", **WORK)
+    def list_runs(self, target: MessagePump) -> None:
+        target.post_message(RunsListed(self.deps.store.list_runs()))
+
+    @work(group="runs", **WORK)
+    def open_run(self, run_id: str) -> None:
+        self.post_message(RunLoaded(self.deps.store.load_run(run_id)))  # type: ignore[attr-defined]
+
+    @work(group="accept", **WORK)
+    def request_accept(self, run_id: str, candidate_id: str) -> None:
+        """Plan the accept (no writes) and check it can commit; the app then shows the diff."""
+        from kevin_agent.accept import plan_accept, preflight
+
+        plan = plan_accept(self.deps.store.load_run(run_id), candidate_id)
+        preflight(plan)
+        self.post_message(AcceptPlanned(plan))  # type: ignore[attr-defined]
+
+    @work(group="accept", **WORK)
+    def commit_accept(self, plan: Any) -> None:
+        from kevin_agent.accept import accept
+
+        result = accept(plan)
+        subject = result.message.splitlines()[0] if result.message else ""
+        self.post_message(AcceptCommitted(  # type: ignore[attr-defined]
+            result.sha, subject, [plan.label(p) for p in result.paths]))
+
+    @work(group="accept", **WORK)
+    def undo_accept(self) -> None:
+        from kevin_agent.accept import undo_last
+        from kevin_agent.errors import UserInputError
+
+        if self.deps.repo_root is None:
+            raise UserInputError(f"{self.deps.root} is not inside a git repository: nothing to undo")
+        self.post_message(UndoDone(undo_last(self.deps.repo_root)))  # type: ignore[attr-defined]
