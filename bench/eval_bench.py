@@ -299,18 +299,24 @@ def main(argv: Optional[list[str]] = None) -> int:
         "python": platform.python_version(), "cpus": os.cpu_count(), "arch": arch,
         "candidates": [{"id": c.id, "task": c.task, "expect": c.expect} for c in candidates],
     }
+    def save() -> None:  # after every phase, so a run cut short keeps what it measured
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=2, default=str))
+
     print("bench: 1-2/4 compile_many cold, then cache hit", file=sys.stderr)
     result["compile"] = bench_compile(candidates, work / "cache-compile", arch)
+    save()
     print("bench: 3/4 full evaluation (fresh cache)", file=sys.stderr)
     result["kevin"] = bench_evaluator(candidates, work / "cache-eval", arch, not args.no_torch_compile)
+    save()
+    print(render(result), flush=True)
     limit = len(candidates) if args.baseline is None else args.baseline
     if limit > 0:
         print(f"bench: 4/4 stock load_inline baseline on {limit} candidates", file=sys.stderr)
         result["baseline"] = bench_baseline(candidates[:limit], work / "torch-extensions")
-    print(render(result))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2, default=str))
+        save()
+        print("\n" + render(result))
     return 0
 
 

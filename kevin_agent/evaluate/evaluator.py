@@ -19,7 +19,6 @@ from kevin_agent.errors import UserInputError
 from kevin_agent.evaluate.api import EvalSettings, Evaluator, QueueCallback, VerdictCallback
 
 EVALUATOR_ENV = "KEVIN_EVALUATOR"
-DEFAULT_CACHE_DIR = Path("~/.cache/kevin-agent/build")
 
 
 def cancelled_verdict(stage: Stage) -> Verdict:
@@ -92,7 +91,9 @@ class CudaEvaluator:
 
     @property
     def cache_dir(self) -> Path:
-        return Path(self.settings.cache_dir or os.environ.get("KEVIN_BUILD_CACHE") or DEFAULT_CACHE_DIR).expanduser()
+        from kevin_agent.evaluate.build import default_cache_root
+
+        return Path(self.settings.cache_dir or default_cache_root()).expanduser()
 
     def check_environment(self) -> None:
         """Raise EnvironmentProblem now (no CUDA torch, no nvcc, no device unless compile-only)."""

@@ -56,7 +56,10 @@ def read_job(path: Path) -> Job:
     except TypeError as exc:
         raise BadJob(f"job {path} has bad settings: {exc}") from exc
     cache_dir = raw.get("cache_dir") or (str(settings.cache_dir) if settings.cache_dir else None)
-    cache_dir = cache_dir or os.path.expanduser("~/.cache/kevin-agent/build")
+    if not cache_dir:
+        from kevin_agent.evaluate.build import default_cache_root
+
+        cache_dir = str(default_cache_root())
     scratch = raw.get("scratch_dir")
     return Job(raw["task_source"], raw["candidate_source"], settings, Path(cache_dir),
                Path(raw["result_path"]), Path(scratch) if scratch else None)
