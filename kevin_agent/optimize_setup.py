@@ -44,13 +44,9 @@ def _resolve_backend(flags: dict[str, Any]) -> Any:
 
 
 def _open_evaluator(spec: Optional[str], settings: Any) -> Any:
-    from kevin_agent.evaluate.evaluator import make_evaluator
+    from kevin_agent.evaluate.evaluator import open_evaluator
 
-    evaluator = make_evaluator(spec, settings.eval)
-    check = getattr(evaluator, "check_environment", None)
-    if callable(check):
-        check()  # fail fast (one line) on a machine without the GPU or compiler it needs
-    return evaluator
+    return open_evaluator(spec, settings.eval)
 
 
 def prepare(args: argparse.Namespace, store: RunStore, events: EventSink) -> Prepared:

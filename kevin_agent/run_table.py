@@ -67,6 +67,17 @@ class Conclusion:
         return asdict(self)
 
 
+def better_choice(speedup_vs_eager: Optional[float], speedup_vs_compile: Optional[float]) -> str:
+    """"kernel" only when it beats the faster of eager and torch.compile (eager alone when
+    torch.compile was not timed); otherwise "torch.compile" or "eager", whichever is faster."""
+    eager = speedup_vs_eager or 0.0
+    if speedup_vs_compile is None:
+        return "kernel" if eager > 1.0 else "eager"
+    if eager > 1.0 and speedup_vs_compile > 1.0:
+        return "kernel"
+    return "torch.compile" if speedup_vs_compile < eager else "eager"
+
+
 def _fmt(speedup: Optional[float]) -> str:
     return "n/a" if speedup is None else f"{speedup:.2f}x"
 
@@ -87,24 +98,19 @@ def conclude(record: RunRecord) -> Conclusion:
     candidate, verdict = best
     s_eager, s_compile = verdict.details.speedup_vs_eager, verdict.details.speedup_vs_compile
     numbers = f"{_fmt(s_eager)} vs eager, {_fmt(s_compile)} vs torch.compile{where}"
+    better = better_choice(s_eager, s_compile)
+    win = better == "kernel"
     if s_compile is None:
-        win = (s_eager or 0.0) > 1.0
-        better = "kernel" if win else "eager"
         text = (f"Best kernel {candidate.id}: {_fmt(s_eager)} vs eager{where} (torch.compile was "
                 f"not timed, so this is a win over eager only)." if win else
                 f"The best kernel ({candidate.id}, {_fmt(s_eager)} vs eager) is not faster than "
                 "eager PyTorch; keep the PyTorch module.")
-        return Conclusion(candidate.id, s_eager, s_compile, win, better, text + note)
-    win = (s_eager or 0.0) > 1.0 and s_compile > 1.0
-    if win:
+    elif win:
         text = f"Best kernel {candidate.id}: {numbers}: a win over both."
-        better = "kernel"
-    elif s_compile < (s_eager or 0.0):
-        better = "torch.compile"
+    elif better == "torch.compile":
         text = (f"torch.compile is the better choice for this module: the best kernel "
                 f"({candidate.id}) runs {numbers}.")
     else:
-        better = "eager"
         text = (f"Eager PyTorch is the better choice for this module (torch.compile does not help "
                 f"either): the best kernel ({candidate.id}) runs {numbers}.")
     return Conclusion(candidate.id, s_eager, s_compile, win, better, text + note)

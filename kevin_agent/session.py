@@ -206,12 +206,7 @@ class Session:
         return out
 
     def _parse(self, completion: Completion, trajectory: int, turn: int) -> Candidate:
-        if completion.error:
-            return Candidate(
-                trajectory=trajectory, turn=turn, id=candidate_id(trajectory, turn),
-                finish_reason=completion.finish_reason, tokens=completion.tokens,
-                parse_error=f"the request to the model failed: {completion.error}",
-            )
+        """The candidate of one reply; a failed request is a format error (parse_completion)."""
         from kevin_agent.parsing import parse_completion
 
         candidate = parse_completion(completion, trajectory, turn)

@@ -8,10 +8,10 @@ from typing import Any, Callable, Optional, Sequence
 
 from kevin_agent.backends.base import Backend, Completion, Message, SamplingParams, TokenCallback
 from kevin_agent.errors import KevinError
+from kevin_agent.run_table import REPLAY_GPU_NAME  # the evaluator double: names no device
 
 DEFAULT_CONTEXT_TOKENS = 32768
 MIN_PROMPT_BUDGET = 4096
-REPLAY_GPU_NAME = "replay"  # the evaluator double: names no device
 
 
 class StepFailed(Exception):

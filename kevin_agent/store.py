@@ -7,12 +7,13 @@ by a lock: the LSP and the TUI call from worker threads.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from kevin_agent.backends.base import Message
 from kevin_agent.data import Candidate, Task, Verdict
@@ -122,8 +123,16 @@ class RunStore:
     # -- writing -------------------------------------------------------------------------------
 
     def _write(self, sql: str, params: Sequence[Any]) -> None:
-        with self._lock:
+        with self._lock, self._errors():
             self._conn.execute(sql, params)
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        """A database failure (locked, disk full, corrupt file) as a one-line EnvironmentProblem."""
+        try:
+            yield
+        except sqlite3.Error as err:
+            raise EnvironmentProblem(f"the run store {self.path} failed: {err}") from None
 
     def create_run(self, run_id: str, task: Task, settings: dict[str, Any]) -> None:
         stamp = now_iso()
@@ -152,7 +161,7 @@ class RunStore:
     ) -> None:
         """Store a generated candidate (replacing one with the same id: a redone turn)."""
         sent = [{"role": m.role, "content": m.content} for m in messages]
-        with self._lock:
+        with self._lock, self._errors():
             self._conn.execute(
                 "DELETE FROM verdicts WHERE run_id = ? AND candidate_id = ?", (run_id, candidate.id)
             )
@@ -178,7 +187,7 @@ class RunStore:
     # -- reading -------------------------------------------------------------------------------
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
+        with self._lock, self._errors():
             return list(self._conn.execute(sql, params).fetchall())
 
     def list_runs(self) -> list[RunSummary]:
@@ -211,6 +220,11 @@ class RunStore:
         )
         if len(prefixed) == 1:
             return str(prefixed[0][0])
+        if prefixed:
+            shown = ", ".join(sorted(str(r[0]) for r in prefixed)[:5])
+            raise UserInputError(f"run {run_id!r} is ambiguous ({len(prefixed)} runs: {shown}"
+                                 f"{', ...' if len(prefixed) > 5 else ''}): give more of the id; "
+                                 "`kevin runs` lists the stored runs")
         raise UserInputError(f"no run {run_id!r} in {self.path}; `kevin runs` lists the stored runs")
 
     def load_run(self, run_id: str) -> RunRecord:

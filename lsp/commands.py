@@ -88,8 +88,13 @@ def plan_for(ls, uri: str, class_name: str) -> "AcceptPlan":
     return plan_accept(finished_record(ls, uri, class_name))
 
 
-def show_diff(ls, uri: str, class_name: str) -> dict[str, Any]:
-    """Write the diff accepting would make (and previews of its files) under .kevin/diffs/; open them."""
+def _off_loop(fn: Any, *args: Any) -> "asyncio.Future[Any]":
+    """Blocking work (store reads, git, file writes) on a thread, so the event loop keeps serving."""
+    return asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+def _write_diff(ls, uri: str, class_name: str) -> tuple[Path, list[Path]]:
+    """The diff accepting would make, and read-only copies of its files, under .kevin/diffs/."""
     plan = plan_for(ls, uri, class_name)
     folder = ls.store_for(_file_path(uri)).path.parent / DIFF_DIR
     folder.mkdir(parents=True, exist_ok=True)
@@ -102,6 +107,12 @@ def show_diff(ls, uri: str, class_name: str) -> dict[str, Any]:
         preview.parent.mkdir(parents=True, exist_ok=True)
         preview.write_text(plan.files[path], encoding="utf-8")
         previews.append(preview)
+    return diff_path, previews
+
+
+async def show_diff(ls, uri: str, class_name: str) -> dict[str, Any]:
+    """Write the diff accepting would make (and previews of its files) under .kevin/diffs/; open them."""
+    diff_path, previews = await _off_loop(_write_diff, ls, uri, class_name)
     ls.show_document(diff_path, take_focus=True)
     for preview in previews:
         ls.show_document(preview, take_focus=False)
@@ -133,8 +144,12 @@ async def accept(ls, uri: str, class_name: str) -> dict[str, Any]:
     """Files through workspace/applyEdit, then the commit of exactly them through the core."""
     from kevin_agent.accept import accept as commit_plan, preflight
 
-    plan = plan_for(ls, uri, class_name)
-    preflight(plan)
+    def checked_plan() -> "AcceptPlan":
+        plan = plan_for(ls, uri, class_name)
+        preflight(plan)  # git status: refusals before the editor writes anything
+        return plan
+
+    plan = await _off_loop(checked_plan)
     absent = {path for path in plan.files if not path.exists()}
     if ls.supports_file_creation():
         result = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(
@@ -142,13 +157,11 @@ async def accept(ls, uri: str, class_name: str) -> dict[str, Any]:
         if not result.applied:
             raise UserInputError(f"the editor did not apply the kernel files: "
                                  f"{result.failure_reason or 'no reason given'} (nothing was committed)")
-    loop = asyncio.get_running_loop()
-
     def commit() -> Any:
         _settle_editor_files(plan, absent)
         return commit_plan(plan)
 
-    outcome = await loop.run_in_executor(None, commit)
+    outcome = await _off_loop(commit)
     ls.runs.forget(uri, class_name, "accepted")
     short = (outcome.sha or "")[:10]
     ls.show(f"Kevin: committed {len(outcome.paths)} files for {class_name} ({short})")
@@ -171,7 +184,7 @@ def open_kernel(ls, path: str) -> dict[str, Any]:
 
 
 def guarded(handler):
-    """KevinError (and bad arguments) -> an error response with the one-line message."""
+    """KevinError or OSError (a file that cannot be written) -> an error response with one line."""
     import functools
 
     if asyncio.iscoroutinefunction(handler):
@@ -179,7 +192,7 @@ def guarded(handler):
         async def run_async(*args: Any) -> Any:
             try:
                 return await handler(*args)
-            except KevinError as err:
+            except (KevinError, OSError) as err:
                 raise fail(err) from None
         return run_async
 
@@ -187,7 +200,7 @@ def guarded(handler):
     def run(*args: Any) -> Any:
         try:
             return handler(*args)
-        except KevinError as err:
+        except (KevinError, OSError) as err:
             raise fail(err) from None
     return run
 

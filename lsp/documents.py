@@ -11,6 +11,7 @@ from typing import Optional
 from pygls.uris import to_fs_path
 
 from kevin_agent.errors import UserInputError
+from kevin_agent.store import find_repo_root
 from kevin_agent.task import ModuleClass, find_module_classes
 
 _CLASS_LINE = re.compile(r"^(\s*)class\s+([A-Za-z_]\w*)\s*[(:]")
@@ -78,8 +79,5 @@ def uri_path(uri: str) -> Optional[Path]:
 
 
 def repo_root(path: Path) -> Optional[Path]:
-    """The git repository holding ``path``."""
-    for folder in (path.parent, *path.parent.parents):
-        if (folder / ".git").exists():
-            return folder
-    return None
+    """The git repository holding the file ``path`` (the store's own lookup)."""
+    return find_repo_root(path.parent)

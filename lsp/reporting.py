@@ -16,6 +16,7 @@ from lsprotocol import types
 
 from kevin_agent.events import Event, RunDone, RunFailed, VerdictReady
 from kevin_agent.progress import verdict_line
+from kevin_agent.run_table import better_choice
 from kevin_agent.lsp.runs import RunState
 
 if TYPE_CHECKING:
@@ -39,13 +40,18 @@ class Snapshot:
 
 
 def result_message(state: RunState) -> str:
-    """'Kevin: 1.84x vs eager for X' (+ torch.compile and GPU when known)."""
+    """'Kevin: 1.84x vs eager for X' (+ torch.compile and GPU when known, and which to keep when
+    the kernel does not beat the faster of eager and torch.compile)."""
     assert state.best is not None
     details = state.best[1].details
     text = f"Kevin: {state.best_speedup:.2f}x vs eager for {state.class_name}"
     if details.speedup_vs_compile is not None:
         text += f" ({details.speedup_vs_compile:.2f}x vs torch.compile"
         text += f" on {details.gpu_name})" if details.gpu_name else ")"
+    better = better_choice(details.speedup_vs_eager, details.speedup_vs_compile)
+    if better != "kernel":  # honest numbers: a kernel is a win only over the faster of the two
+        text += (": torch.compile is the better choice for this module" if better == "torch.compile"
+                 else ": eager PyTorch is the better choice for this module")
     if state.status == "cancelled":
         text += " (run cancelled)"
     return text

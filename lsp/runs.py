@@ -156,12 +156,13 @@ class RunManager:
             state = self._queue.get()
             if state is None:
                 return
-            if state.cancel.is_set():
-                continue
             self._play(state)
 
     def _play(self, state: RunState) -> None:
-        state.status = "running"
+        with self._lock:  # against cancel(): a queued run it cancelled must not start
+            if state.cancel.is_set():
+                return
+            state.status = "running"
         self._listener.on_change(state, None)
         try:
             session = self._make_session(state, lambda event: self._on_event(state, event))

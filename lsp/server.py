@@ -37,14 +37,9 @@ def _default_backend(settings: Any) -> Any:
 
 
 def _default_evaluator() -> Any:
-    from kevin_agent.evaluate.api import EvalSettings
-    from kevin_agent.evaluate.evaluator import make_evaluator
+    from kevin_agent.evaluate.evaluator import open_evaluator
 
-    evaluator = make_evaluator(None, EvalSettings())
-    check = getattr(evaluator, "check_environment", None)
-    if callable(check):
-        check()
-    return evaluator
+    return open_evaluator(None)
 
 
 def _default_store(start: Path) -> Any:
@@ -105,6 +100,8 @@ class KevinServer(LanguageServer):
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """Errors go to the log, never a pop-up: the user cannot act on them."""
+        if isinstance(error, commands.CommandFailed):
+            return  # a refusal: its one line already went back as the command's error response
         log.error("server error (%s): %s", getattr(source, "__name__", source), error)
         self.call_in_loop(self.log, f"Kevin: server error: {error}", types.MessageType.Error)
 
@@ -144,7 +141,10 @@ class KevinServer(LanguageServer):
     def publish_run_diagnostics(self, uri: str) -> None:
         from kevin_agent.lsp.diagnostics import run_diagnostics
 
-        source = self.workspace.get_text_document(uri).source if uri_path(uri) else ""
+        try:  # a closed buffer is read from disk; the file may be gone by now
+            source = self.workspace.get_text_document(uri).source if uri_path(uri) else ""
+        except OSError:
+            source = ""
         scan = self.index.scan(uri, source) if source else None
         found = run_diagnostics(self.runs.for_uri(uri), scan, source)
         self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=found))

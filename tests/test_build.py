@@ -49,6 +49,24 @@ def _print_times() -> None:
 
 # ---------- no compiler needed ----------
 
+def test_pch_that_times_out_builds_without_a_pch_and_leaves_nothing(tmp_path):
+    """A hung or missing host compiler is no traceback: the build goes on without the PCH."""
+    from kevin_agent.evaluate.build_flags import Toolchain
+    from kevin_agent.evaluate.ninja_build import ensure_pch
+
+    slow = tmp_path / "slow-cxx"
+    slow.write_text("#!/bin/sh\nsleep 30\n")
+    slow.chmod(0o755)
+    fields = dict(cuda_home="/nowhere", nvcc="nvcc", arch="9.0", torch_version="t", cuda_version="c",
+                  nvcc_version="n", std="c++17", abi=1, include_dirs=(), library_dirs=(), nvcc_common=())
+    for cxx, timeout_s in ((str(slow), 0.5), (str(tmp_path / "no-such-cxx"), 5.0)):
+        root = tmp_path / ("cache-" + Path(cxx).name)
+        start = time.monotonic()
+        info = ensure_pch(root, Toolchain(cxx=cxx, **fields), ["-fPIC"], timeout_s=timeout_s)
+        assert info.header is None and time.monotonic() - start < 10
+        assert not any((root / "pch").iterdir())  # no half-built entry, no "failed" marker kept
+
+
 def test_key_changes_with_flags_and_sources_not_with_name(cache_root):
     cache = BuildCache(cache_root)
     (spec,) = extract_static(ADD.read_text())

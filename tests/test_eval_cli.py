@@ -81,15 +81,24 @@ def test_no_device_without_compile_only_is_exit_3() -> None:
 
 
 def test_missing_nvcc_is_exit_3(tmp_path: Path) -> None:
-    # the CLI in a child process with no nvcc on CUDA_HOME, PATH or the fallback locations
-    code = ("import sys, kevin_agent.evaluate.environment as e; e.FALLBACK_NVCC = (); "
+    # the CLI in a child process with no nvcc on CUDA_HOME, PATH or the default toolkit folder
+    code = ("import sys, pathlib, kevin_agent.evaluate.build_flags as b; "
+            f"b.DEFAULT_CUDA_HOME = pathlib.Path({str(tmp_path)!r}); "
             "from kevin_agent.cli import main; sys.exit(main(sys.argv[1:]))")
-    env = {**os.environ, "CUDA_HOME": str(tmp_path), "CUDA_PATH": str(tmp_path),
-           "PATH": os.path.dirname(sys.executable)}
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
+    env["PATH"] = os.path.dirname(sys.executable)
     proc = subprocess.run([sys.executable, "-c", code, "eval", ADD_TASK, ADD_CANDIDATE, "--compile-only"],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 3
     assert "nvcc not found" in one_line_error(proc)
+
+
+def test_cuda_home_that_is_no_toolkit_is_exit_3(tmp_path: Path) -> None:
+    env = {**os.environ, "CUDA_HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "kevin_agent", "eval", ADD_TASK, ADD_CANDIDATE, "--compile-only"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 3
+    assert f"CUDA_HOME={tmp_path} is not a CUDA toolkit" in one_line_error(proc)
 
 
 def test_static_rejection_prints_json_and_exits_0(tmp_path: Path) -> None:

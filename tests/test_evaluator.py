@@ -126,3 +126,15 @@ def test_cancel_kills_the_running_worker(compiled: tuple, shared_build_cache: Pa
     assert rec.verdicts == []
     assert [v.details.error for v in verdicts] == ["cancelled", "cancelled"]
     assert all(v.stage is Stage.COMPILE and not v.ok for v in verdicts)
+
+
+def test_static_checks_know_the_task_classes() -> None:
+    """Subclassing a helper class of the task is caught: the evaluator passes the task source on."""
+    from kevin_agent.evaluate.evaluator import static_verdict
+
+    task_source = TASK.source + "\nclass Block(nn.Module):\n    pass\n"
+    code = GOOD.replace("class ModelNew(nn.Module)", "class Block(nn.Module):\n    pass\n\nclass ModelNew(Block)")
+    assert "class ModelNew(Block)" in code
+    verdict = static_verdict(code, task_source)
+    assert verdict is not None and verdict.details.static_rule == "subclass-reference"
+    assert "line " in verdict.message and "[subclass-reference]" in verdict.message

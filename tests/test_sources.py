@@ -130,3 +130,20 @@ def test_child_that_hangs_is_killed_within_the_limit():
     with pytest.raises(SourceExtractionError, match="did not finish within 20 s"):
         extract_specs(code, timeout_s=20)
     assert time.monotonic() - start < 40
+
+
+def test_child_environment_scrubs_like_the_gpu_worker(monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "a")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/c.json")
+    monkeypatch.setenv("NPM_AUTH", "n")
+    env = child_environment()
+    assert not {"AWS_SECRET_ACCESS_KEY", "GOOGLE_APPLICATION_CREDENTIALS", "NPM_AUTH"} & set(env)
+
+
+def test_forged_marker_line_is_ignored_not_a_traceback():
+    from kevin_agent.evaluate.sources import RECORD_MARKER
+
+    code = (f"from torch.utils.cpp_extension import load_inline\nprint({RECORD_MARKER!r} + '{{not json')\n"
+            "load_inline(name='m', cpp_sources=str(2))\n")
+    specs, how = extract_specs(code)
+    assert how == "child" and [s.name for s in specs] == ["m"]

@@ -11,7 +11,7 @@ import pytest
 from kevin_agent.backends.base import Message
 from kevin_agent.config import BackendSettings
 from kevin_agent.data import Candidate, Stage, Task, TaskOrigin, Verdict
-from kevin_agent.errors import UserInputError
+from kevin_agent.errors import EnvironmentProblem, UserInputError
 from kevin_agent.session import RunSettings
 from kevin_agent.store import RunStore
 
@@ -97,6 +97,8 @@ def test_latest_prefix_and_unknown_runs(tmp_path):
         store.load_run("nope")
     with pytest.raises(UserInputError, match="kevin runs"):
         store.load_run("2025")  # ambiguous prefix
+    with pytest.raises(UserInputError, match="ambiguous .2 runs: 20250101-aaaa, 20250102-bbbb"):
+        store.load_run("2025")
     runs = store.list_runs()
     assert [r.run_id for r in runs] == ["20250102-bbbb", "20250101-aaaa"]
     assert runs[0].source_path == "models/add.py" and runs[0].best_speedup is None
@@ -119,3 +121,13 @@ def test_unknown_candidate_lists_what_exists(tmp_path):
     store.add_candidate("r1", Candidate(0, 0, id="t0.0"), [])
     with pytest.raises(UserInputError, match=r"t0\.0"):
         store.load_run("r1").candidate("t9.9")
+
+
+def test_a_database_failure_is_one_line_not_a_traceback(tmp_path):
+    store = RunStore(tmp_path / "runs.sqlite")
+    store.create_run("r1", TASK, {})
+    store._conn.execute("DROP TABLE verdicts")  # stands in for a corrupt or locked database
+    with pytest.raises(EnvironmentProblem, match="the run store .* failed: no such table"):
+        store.list_runs()
+    with pytest.raises(EnvironmentProblem, match="failed"):
+        store.add_verdict("r1", "t0.0", Verdict(stage=Stage.FORMAT, ok=False, message="x"))

@@ -52,13 +52,9 @@ class WorkersMixin:
     def _evaluator(self, settings: Any) -> tuple[Any, bool]:
         if self.deps.evaluator is not None:
             return self.deps.evaluator, False
-        from kevin_agent.evaluate.evaluator import make_evaluator
+        from kevin_agent.evaluate.evaluator import open_evaluator
 
-        evaluator = make_evaluator(settings.evaluator, settings.eval)
-        check = getattr(evaluator, "check_environment", None)
-        if callable(check):
-            check()
-        return evaluator, True
+        return open_evaluator(settings.evaluator, settings.eval), True
 
     @work(group="runs", **WORK)
     def list_runs(self, target: MessagePump) -> None:

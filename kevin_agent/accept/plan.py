@@ -17,6 +17,7 @@ from kevin_agent.accept.render_test import ToleranceSettings, render_test_file
 from kevin_agent.accept.signature import find_class
 from kevin_agent.data import Candidate, Verdict
 from kevin_agent.errors import UserInputError
+from kevin_agent.store import find_repo_root
 
 if TYPE_CHECKING:
     from kevin_agent.store import RunRecord
@@ -117,13 +118,6 @@ def _original_class(path: Path, class_name: str) -> ast.ClassDef:
     return found
 
 
-def _find_repo(start: Path) -> Optional[Path]:
-    for folder in (start, *start.parents):
-        if (folder / ".git").exists():
-            return folder
-    return None
-
-
 def _target_dir(target_dir: Optional[Path], repo_root: Optional[Path], source: Path) -> Path:
     if target_dir is None:
         try:
@@ -145,7 +139,7 @@ def plan_accept(record: RunRecord, candidate_id: Optional[str] = None, repo_root
     """Everything accepting would write, or UserInputError naming why it is refused."""
     candidate, verdict = choose_candidate(record, candidate_id)
     source = _origin_path(record, repo_root)
-    repo_root = Path(repo_root).resolve() if repo_root is not None else _find_repo(source.parent)
+    repo_root = Path(repo_root).resolve() if repo_root is not None else find_repo_root(source.parent)
     class_name = record.task.origin.class_name if record.task.origin else record.task.class_name
     original = _original_class(source, class_name)
     names = ArtifactNames(class_name, _target_dir(target_dir, repo_root, source))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from kevin_agent.errors import UserInputError
+from kevin_agent.errors import EnvironmentProblem, UserInputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +23,10 @@ def run(args: argparse.Namespace) -> int:
         path = Path(args.path).expanduser()
         if not path.exists():
             raise UserInputError(f"{args.path}: no such file or folder")
-    from kevin_agent.tui.app import create_app
+    try:
+        from kevin_agent.tui.app import create_app
+    except ImportError as err:
+        raise EnvironmentProblem(f"the terminal UI needs textual: {err}") from None
 
     create_app(path, evaluator_spec=args.evaluator).run()
     return 0

@@ -22,6 +22,9 @@ RECIPE_VERSION = "kevin-build-3"  # bump when generated files or flags change me
 NO_ARCH = "no CUDA device to target: set TORCH_CUDA_ARCH_LIST (e.g. 9.0) to compile without one"
 
 
+DEFAULT_CUDA_HOME = Path("/usr/local/cuda")
+
+
 def _is_toolkit(home: Path) -> bool:
     return (home / "bin" / "nvcc").is_file() and (home / "include" / "cuda_runtime.h").is_file()
 
@@ -42,9 +45,8 @@ def find_cuda_home() -> Path:
     found = shutil.which("nvcc")
     if found and _is_toolkit(Path(os.path.realpath(found)).parent.parent):
         return Path(os.path.realpath(found)).parent.parent
-    default = Path("/usr/local/cuda")
-    if _is_toolkit(default):
-        return default
+    if _is_toolkit(DEFAULT_CUDA_HOME):
+        return DEFAULT_CUDA_HOME
     raise EnvironmentProblem("nvcc not found: install the CUDA toolkit or set CUDA_HOME")
 
 

@@ -6,7 +6,6 @@ Problems become one-line ``EnvironmentProblem`` errors (exit code 3). Imports to
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -24,28 +23,14 @@ class EnvironmentInfo:
     capability: Optional[str]  # e.g. "9.0"
 
 
-FALLBACK_NVCC: tuple[str, ...] = ("/usr/local/cuda/bin/nvcc",)
+def find_cuda_toolkit() -> Optional[Path]:
+    """The CUDA toolkit the builds will use (build_flags.find_cuda_home), or None without one."""
+    from kevin_agent.evaluate.build_flags import find_cuda_home
 
-
-def find_nvcc() -> Optional[str]:
-    """nvcc from CUDA_HOME / CUDA_PATH, then PATH, then /usr/local/cuda."""
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        home = os.environ.get(var)
-        if home and (Path(home) / "bin" / "nvcc").is_file():
-            return str(Path(home) / "bin" / "nvcc")
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    return next((path for path in FALLBACK_NVCC if Path(path).is_file()), None)
-
-
-def cuda_home_of(nvcc: str) -> Optional[str]:
-    """The toolkit root of an nvcc (one with include/cuda_runtime.h; wrapper scripts are skipped)."""
-    candidates = [Path(nvcc).resolve().parent.parent] + [Path(p).parent.parent for p in FALLBACK_NVCC]
-    for home in candidates:
-        if (home / "include" / "cuda_runtime.h").is_file():
-            return str(home)
-    return None
+    try:
+        return find_cuda_home()
+    except EnvironmentProblem:
+        return None
 
 
 def detect_device() -> tuple[Optional[str], Optional[str]]:
@@ -67,13 +52,13 @@ def inspect_environment() -> EnvironmentInfo:
         import torch
     except ImportError as err:
         raise EnvironmentProblem(f"torch is not importable ({err}); install a CUDA build of torch") from None
-    nvcc = find_nvcc()
+    cuda_home = find_cuda_toolkit()
     gpu_name, capability = detect_device()
     return EnvironmentInfo(
         torch_version=str(torch.__version__),
         torch_cuda=torch.version.cuda,
-        nvcc=nvcc,
-        cuda_home=cuda_home_of(nvcc) if nvcc else None,
+        nvcc=str(cuda_home / "bin" / "nvcc") if cuda_home else None,
+        cuda_home=str(cuda_home) if cuda_home else None,
         gpu_name=gpu_name,
         capability=capability,
     )
@@ -87,10 +72,9 @@ def check_environment(compile_only: bool = False) -> EnvironmentInfo:
             f"torch {info.torch_version} was built without CUDA; install a CUDA build of torch"
         )
     if not info.nvcc:
-        raise EnvironmentProblem(
-            "nvcc not found (looked in CUDA_HOME, PATH and /usr/local/cuda); install the CUDA toolkit "
-            "or set CUDA_HOME"
-        )
+        from kevin_agent.evaluate.build_flags import find_cuda_home
+
+        find_cuda_home()  # raises the one-line reason (no nvcc, or a CUDA_HOME that is no toolkit)
     if not os.environ.get("CUDA_HOME") and info.cuda_home:
         os.environ["CUDA_HOME"] = info.cuda_home
     if not compile_only and info.gpu_name is None:
@@ -102,15 +86,10 @@ def check_environment(compile_only: bool = False) -> EnvironmentInfo:
 
 
 def resolve_arch(requested: Optional[str], info: Optional[EnvironmentInfo] = None) -> str:
-    """The TORCH_CUDA_ARCH_LIST to build for: flag, environment, then the device."""
-    if requested:
-        return requested
-    from_env = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    if from_env:
-        return from_env
-    capability = info.capability if info else detect_device()[1]
-    if capability:
-        return capability
-    raise EnvironmentProblem(
-        "no CUDA device to take the architecture from; pass --arch (e.g. 9.0) or set TORCH_CUDA_ARCH_LIST"
-    )
+    """The TORCH_CUDA_ARCH_LIST to build for: flag, environment, then the device (as the builds do)."""
+    from kevin_agent.evaluate.build_flags import normalise_arch
+    from kevin_agent.evaluate.build_flags import resolve_arch as build_arch
+
+    if not requested and not os.environ.get("TORCH_CUDA_ARCH_LIST") and info and info.capability:
+        return normalise_arch(info.capability)
+    return build_arch(requested)

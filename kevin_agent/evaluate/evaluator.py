@@ -27,15 +27,18 @@ def cancelled_verdict(stage: Stage) -> Verdict:
                    VerdictDetails(error="cancelled"))
 
 
-def static_verdict(code: str) -> Optional[Verdict]:
-    """The STATIC failure for ``code``, or None when the static checks pass."""
-    from kevin_agent.evaluate.static_checks import check_candidate
+def static_verdict(code: str, task_source: Optional[str] = None) -> Optional[Verdict]:
+    """The STATIC failure for ``code``, or None when the static checks pass.
 
-    violations = check_candidate(code)
+    ``task_source`` names the reference's classes, so using or subclassing any of them is caught.
+    """
+    from kevin_agent.evaluate.static_checks import check_candidate, format_violations
+
+    violations = check_candidate(code, task_source)
     if not violations:
         return None
-    reasons = [v.message + (f" (line {v.line})" if v.line else "") for v in violations]
-    text = reasons[0] if len(reasons) == 1 else "".join(f"\n- {r}" for r in reasons)
+    text = format_violations(violations)
+    text = text if len(violations) == 1 else "\n" + text
     return Verdict(Stage.STATIC, False, feedback.static_error(text),
                    VerdictDetails(static_rule=violations[0].rule))
 
@@ -149,7 +152,7 @@ class CudaEvaluator:
         compiled: list[tuple[int, VerdictDetails]] = []
         survivors = []
         for index, code in enumerate(codes):
-            failed = static_verdict(code)
+            failed = static_verdict(code, task.source)
             if failed is not None:
                 settle(index, failed)
             else:
@@ -241,3 +244,12 @@ def make_evaluator(spec: Optional[str], settings: EvalSettings = EvalSettings())
 
         return ReplayEvaluator(spec[len("replay:"):])
     raise UserInputError(f"unknown evaluator {spec!r}: use 'cuda' or 'replay:PATH'")
+
+
+def open_evaluator(spec: Optional[str], settings: EvalSettings = EvalSettings()) -> Evaluator:
+    """``make_evaluator``, then fail fast (one line) on a machine without what it needs."""
+    evaluator = make_evaluator(spec, settings)
+    check = getattr(evaluator, "check_environment", None)
+    if callable(check):
+        check()
+    return evaluator

@@ -5,7 +5,6 @@ Runs inside the isolated worker process only (it executes model-written code).
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import tempfile
@@ -130,10 +129,10 @@ def _load_candidate(job: Job, ctx: Context, task: Any, init_inputs: Any) -> Any:
     """ModelNew on the device after one forward, or a LOAD verdict."""
     import torch
 
-    # the same order as the parent's environment.resolve_arch, so the cache keys match
-    arch = (job.settings.arch or os.environ.get("TORCH_CUDA_ARCH_LIST")
-            or "{}.{}".format(*torch.cuda.get_device_capability(ctx.device)))
-    note = install_build_hook(job.cache_dir, arch)
+    from kevin_agent.evaluate.build_flags import resolve_arch
+
+    # the builds' own resolution (argument, TORCH_CUDA_ARCH_LIST, device), so the cache keys match
+    note = install_build_hook(job.cache_dir, resolve_arch(job.settings.arch))
     if note:
         print(f"kevin-worker: {note}", file=sys.stderr)
     try:

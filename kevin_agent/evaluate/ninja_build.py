@@ -75,13 +75,17 @@ def run_ninja(directory: Path, jobs: int, timeout_s: float, log_path: Path) -> t
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
     proc = subprocess.Popen(
         [ninja_binary(), "-C", str(directory), "-j", str(max(1, jobs))],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=env,
+        start_new_session=True,
     )
     try:
         output, _ = proc.communicate(timeout=timeout_s)
         ok = proc.returncode == 0
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # it finished just now
+            pass
         output, _ = proc.communicate()
         output += f"\nerror: the build did not finish within {timeout_s:.0f} s and was stopped\n"
         ok = False
@@ -113,7 +117,11 @@ def ensure_pch(root: Path, tc: Toolchain, cxx_flags: list[str], timeout_s: float
         header = tmp / PCH_HEADER
         header.write_text("#include <torch/extension.h>\n")
         cmd = [tc.cxx, *cxx_flags, *include_flags, "-x", "c++-header", str(header), "-o", str(header) + ".gch"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s)
+        except (OSError, subprocess.SubprocessError):  # no compiler, or a timeout: build without a PCH
+            shutil.rmtree(tmp, ignore_errors=True)  # not recorded as failed: it may work next time
+            return PchInfo(None, time.monotonic() - start)
         (tmp / "pch.log").write_text(shlex.join(cmd) + "\n" + proc.stdout + proc.stderr)
         if proc.returncode != 0:
             (tmp / "failed").write_text(proc.stderr[-2000:])

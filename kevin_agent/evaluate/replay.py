@@ -89,7 +89,7 @@ class ReplayEvaluator:
             if cancel is not None and cancel.is_set():
                 verdicts.append(cancelled_verdict(Stage.FORMAT))
                 continue
-            verdict = static_verdict(code)
+            verdict = static_verdict(code, task.source)
             if verdict is None:
                 if self.delay_s > 0 and cancel is not None and cancel.wait(self.delay_s):
                     verdicts.append(cancelled_verdict(Stage.STATIC))

@@ -11,16 +11,15 @@ from __future__ import annotations
 import ast
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 from typing import Any
 
 from kevin_agent.evaluate.spec import SPEC_FIELDS, ExtensionSpec, spec_from_call
+from kevin_agent.evaluate.worker_process import kill_group, scrubbed_environment
 
 RECORD_MARKER = "KEVIN_LOAD_INLINE_SPECS:"
-_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
 
 class NotStatic(Exception):
@@ -176,8 +175,8 @@ def _parameter_order() -> tuple[str, ...]:
 
 
 def child_environment() -> dict[str, str]:
-    """The environment for candidate code: no secrets, no GPU."""
-    env = {k: v for k, v in os.environ.items() if not any(w in k.upper() for w in _SECRET_WORDS)}
+    """The environment for candidate code: no secrets (the GPU worker's scrubbing), no GPU."""
+    env = scrubbed_environment()
     env["CUDA_VISIBLE_DEVICES"] = ""
     return env
 
@@ -191,20 +190,25 @@ def record_in_child(code: str, timeout_s: float = 120.0) -> list[ExtensionSpec]:
         proc = subprocess.Popen(
             [sys.executable, "-m", "kevin_agent.evaluate.record_child", path],
             cwd=scratch, env=child_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+            stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
         )
         try:
             stdout, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired as exc:
-            os.killpg(proc.pid, signal.SIGKILL)  # the whole group: the candidate may have spawned
+            kill_group(proc)  # the whole group: the candidate may have spawned
             proc.communicate()
             raise SourceExtractionError(
                 f"the module's top level did not finish within {timeout_s:.0f} s while looking for load_inline"
             ) from exc
+        finally:
+            kill_group(proc)  # nothing the candidate started outlives the recording
     for line in stdout.splitlines():
         if line.startswith(RECORD_MARKER):
-            payload = json.loads(line[len(RECORD_MARKER):])
-            specs = [ExtensionSpec.from_dict(raw) for raw in payload["specs"]]
+            try:
+                payload = json.loads(line[len(RECORD_MARKER):])
+                specs = [ExtensionSpec.from_dict(raw) for raw in payload["specs"]]
+            except (ValueError, KeyError, TypeError):
+                continue  # not our recorder's line (the candidate printed the marker itself)
             if specs:
                 return specs
             if payload.get("error"):

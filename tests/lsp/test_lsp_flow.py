@@ -102,7 +102,12 @@ async def test_show_diff_then_discard_and_queueing(launch, tmp_path, repo):
         await execute(client, "kevin.optimize", uri, "Model")
     await wait_until(lambda: len(editor.questions) == 2, timeout=60, what="both runs to finish")
 
-    diffs = [d.uri for d in client.shown_documents if d.uri.endswith(".diff")]
+    # the second answer reaches the server after the question was recorded: wait for its diff
+    def shown_diffs():
+        return [d.uri for d in client.shown_documents if d.uri.endswith(".diff")]
+
+    await wait_until(lambda: len(shown_diffs()) >= 2, what="both diffs")
+    diffs = shown_diffs()
     assert len(diffs) == 2 and all("/.kevin/diffs/" in d for d in diffs)
     diff_text = open(diffs[0][len("file://"):]).read()
     assert "+++ b/" in diff_text and "__global__" in diff_text
