@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from kevin_agent import atomic
 from kevin_agent.backends.base import Message
 from kevin_agent.data import Verdict
 from kevin_agent.errors import UserInputError
@@ -140,14 +139,7 @@ def write_text_atomically(path: Path, text: str) -> None:
     path = Path(path)
     if path.parent and not path.parent.is_dir():
         raise UserInputError(f"cannot write {path}: folder {path.parent} does not exist")
-    handle, temporary = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    atomic.write_text_atomically(path, text)
 
 
 def samples_jsonl(samples: Sequence[RLSample]) -> str:

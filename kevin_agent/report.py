@@ -130,15 +130,13 @@ td,th{{border:1px solid #ccc;padding:2px 6px;font-size:90%}}</style></head>
 
 def write_report(record: RunRecord, out_dir: Path) -> ReportFiles:
     """Write ``<run>.png`` and ``<run>.html`` into ``out_dir`` (created when missing)."""
-    from kevin_agent.export import write_text_atomically
+    from kevin_agent.atomic import write_bytes_atomically, write_text_atomically
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     png = render_png(report_data(record), f"{record.task.class_name} ({record.run_id})")
     png_path = out_dir / f"{record.run_id}.png"
     html_path = out_dir / f"{record.run_id}.html"
-    temporary = png_path.with_name(f".{png_path.name}.tmp")
-    temporary.write_bytes(png)
-    temporary.replace(png_path)
+    write_bytes_atomically(png_path, png)
     write_text_atomically(html_path, render_html(record, png))
     return ReportFiles(png=png_path, html=html_path)

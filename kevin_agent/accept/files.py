@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from kevin_agent.atomic import write_bytes_atomically
 from kevin_agent.errors import EnvironmentProblem, UserInputError
 
 
@@ -46,26 +45,12 @@ class WrittenFiles:
         for path in reversed(self.created):
             path.unlink(missing_ok=True)
         for path, previous in self.replaced.items():
-            _atomic_write(path, previous)
+            write_bytes_atomically(path, previous)
         for folder in reversed(self.made_dirs):
             try:
                 folder.rmdir()
             except OSError:
                 pass
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".kevin-tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(temp, path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def _make_dirs(folder: Path, written: WrittenFiles) -> None:
@@ -89,7 +74,7 @@ def write_files(files: dict[Path, str]) -> WrittenFiles:
             previous = path.read_bytes() if path.exists() else None
             if previous == data:
                 continue
-            _atomic_write(path, data)
+            write_bytes_atomically(path, data)
             if previous is None:
                 written.created.append(path)
             else:

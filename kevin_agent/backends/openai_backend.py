@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, Sequence
 

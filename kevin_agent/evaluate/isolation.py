@@ -11,7 +11,6 @@ Standard library only.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys

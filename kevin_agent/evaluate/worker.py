@@ -67,10 +67,10 @@ def read_job(path: Path) -> Job:
 
 def write_result(path: Path, verdict_dict: dict[str, Any]) -> None:
     """Write ``{"verdict": ...}`` atomically: a temp file in the same folder, then rename."""
+    from kevin_agent.atomic import write_text_atomically
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp.write_text(json.dumps({"verdict": verdict_dict}))
-    os.replace(temp, path)
+    write_text_atomically(path, json.dumps({"verdict": verdict_dict}))
 
 
 def _prepare_caches(cache_dir: Path) -> None:
