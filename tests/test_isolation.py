@@ -173,3 +173,19 @@ def test_last_job_of_a_batch_starts_no_spare(tmp_path: Path) -> None:
         second = pool.run(job("normal"), start_next=False)  # takes the spare, starts none
         assert pool.spare_pid is None
     assert first.verdict.ok and second.verdict.ok and first.pid != second.pid
+
+
+def test_close_while_a_worker_is_still_starting_kills_it(tmp_path: Path) -> None:
+    pool = make_pool(tmp_path, "slowstart", spare=False, extra_env={"START_DELAY": "30"})
+    outcome: dict = {}
+    runner = threading.Thread(target=lambda: outcome.setdefault("result", pool.run(job("normal"))))
+    runner.start()
+    deadline = time.monotonic() + 10
+    while pool._running is None and time.monotonic() < deadline:  # the worker has been spawned
+        time.sleep(0.05)
+    starting = pool._running
+    assert starting is not None
+    pool.close()
+    runner.join(10)
+    assert not runner.is_alive()
+    assert outcome["result"].cancelled and not alive(starting.pid)

@@ -79,8 +79,8 @@ def check_environment(compile_only: bool = False) -> EnvironmentInfo:
         os.environ["CUDA_HOME"] = info.cuda_home
     if not compile_only and info.gpu_name is None:
         raise EnvironmentProblem(
-            "no CUDA device is visible (torch.cuda.is_available() is False); "
-            "use --compile-only to stop after compiling"
+            "no CUDA device is visible (torch.cuda.is_available() is False); kernels are judged on "
+            "an NVIDIA GPU (`kevin eval --compile-only` only compiles and works without one)"
         )
     return info
 

@@ -145,7 +145,13 @@ class WorkerPool:
         if worker is not None and worker.proc.poll() is not None:
             self._discard(worker)  # a spare that died while waiting: never blame a candidate for it
             worker = None
-        return worker or self._spawn()
+        return self._claim(worker or self._spawn())
+
+    def _claim(self, worker: _Worker) -> _Worker:
+        """Mark ``worker`` as this pool's running one, so ``close()`` kills it even while it starts."""
+        with self._lock:
+            self._running = worker
+        return worker
 
     def _saw_ready(self, worker: _Worker) -> bool:
         if not worker.ready:
@@ -166,7 +172,7 @@ class WorkerPool:
         while not self._saw_ready(worker):
             if worker.proc.poll() is not None or time.monotonic() > deadline:
                 return self._saw_ready(worker)
-            if cancel is not None and cancel.is_set():
+            if self._closed or (cancel is not None and cancel.is_set()):
                 return False
             time.sleep(_POLL_S)
         return True
@@ -202,16 +208,17 @@ class WorkerPool:
             raise RuntimeError("WorkerPool is closed")
         entered = time.monotonic()
         worker = self._take_worker()
+        stopped = lambda: self._closed or (cancel is not None and cancel.is_set())  # noqa: E731
         if not self._wait_ready(worker, cancel):
-            if cancel is not None and cancel.is_set():
+            if stopped():
                 self._discard(worker)
                 return _cancelled_result(worker.pid)
             self._discard(worker)
-            worker = self._spawn()  # one retry with a brand-new process
+            worker = self._claim(self._spawn())  # one retry with a brand-new process
             if not self._wait_ready(worker, cancel):
                 problem = self._start_failure(worker)
                 self._discard(worker)
-                if cancel is not None and cancel.is_set():
+                if stopped():
                     return _cancelled_result(worker.pid)
                 raise problem
         try:
