@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from kevin_agent.errors import UserInputError
+from kevin_agent.evaluate.spec import is_load_inline_call
 
 # load_inline keywords that only shape how the sources are written (consumed when extracting)
 _CONSUMED = ("name", "cpp_sources", "cuda_sources", "functions", "with_pytorch_error_handling",
@@ -153,13 +154,6 @@ class _Resolver:
         return None if names is None else {name: name for name in names}
 
 
-def _is_load_inline(node: ast.Call) -> bool:
-    func = node.func
-    return (isinstance(func, ast.Name) and func.id == "load_inline") or (
-        isinstance(func, ast.Attribute) and func.attr == "load_inline"
-    )
-
-
 def _flag(node: Optional[ast.expr], default: bool) -> Optional[bool]:
     if node is None:
         return default
@@ -219,7 +213,7 @@ def _describe(call: ast.Call, source: CandidateSource, bindings: dict[str, ast.s
 def find_extension_calls(source: CandidateSource) -> list[ExtensionCall]:
     """Every ``load_inline`` call of the candidate, in source order."""
     bindings = module_bindings(source.tree)
-    calls = [node for node in ast.walk(source.tree) if isinstance(node, ast.Call) and _is_load_inline(node)]
+    calls = [node for node in ast.walk(source.tree) if isinstance(node, ast.Call) and is_load_inline_call(node)]
     calls.sort(key=lambda node: (node.lineno, node.col_offset))
     return [_describe(call, source, bindings) for call in calls]
 

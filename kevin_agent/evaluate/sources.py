@@ -16,7 +16,7 @@ import sys
 import tempfile
 from typing import Any
 
-from kevin_agent.evaluate.spec import SPEC_FIELDS, ExtensionSpec, spec_from_call
+from kevin_agent.evaluate.spec import SPEC_FIELDS, ExtensionSpec, is_load_inline_call, spec_from_call
 from kevin_agent.evaluate.worker_process import kill_group, scrubbed_environment
 
 RECORD_MARKER = "KEVIN_LOAD_INLINE_SPECS:"
@@ -28,13 +28,6 @@ class NotStatic(Exception):
 
 class SourceExtractionError(Exception):
     """The candidate's load_inline arguments could not be found (message is for the model)."""
-
-
-def _is_load_inline(call: ast.Call) -> bool:
-    func = call.func
-    return (isinstance(func, ast.Name) and func.id == "load_inline") or (
-        isinstance(func, ast.Attribute) and func.attr == "load_inline"
-    )
 
 
 class _ConstEval:
@@ -135,7 +128,7 @@ def _enclosing_functions(tree: ast.Module) -> dict[ast.Call, list[ast.AST]]:
 
     def visit(node: ast.AST, stack: list[ast.AST]) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.Call) and _is_load_inline(child):
+            if isinstance(child, ast.Call) and is_load_inline_call(child):
                 found[child] = list(stack)
             inner = stack + [child] if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else stack
             visit(child, inner)

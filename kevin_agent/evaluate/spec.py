@@ -7,6 +7,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -85,3 +86,11 @@ def spec_from_call(
     values = dict(zip(names, args))
     values.update(kwargs)
     return spec_from_kwargs(values)
+
+
+def is_load_inline_call(call: ast.Call) -> bool:
+    """``load_inline(...)`` or ``<anything>.load_inline(...)`` (the name Kevin's format uses)."""
+    func = call.func
+    return (isinstance(func, ast.Name) and func.id == "load_inline") or (
+        isinstance(func, ast.Attribute) and func.attr == "load_inline"
+    )

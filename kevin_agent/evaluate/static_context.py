@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
+from kevin_agent.evaluate.spec import is_load_inline_call
+
 LOAD_INLINE = "torch.utils.cpp_extension.load_inline"
 INPUT_FUNCTIONS = frozenset({"get_inputs", "get_init_inputs"})
 
@@ -123,10 +125,7 @@ def _collect_aliases(ctx: CandidateContext) -> None:
 
 def _is_load_inline(ctx: CandidateContext, call: ast.Call) -> bool:
     func = call.func
-    if ctx.qualname(func) == LOAD_INLINE:
-        return True
-    return (isinstance(func, ast.Name) and func.id == "load_inline") or (
-        isinstance(func, ast.Attribute) and func.attr == "load_inline")
+    return ctx.qualname(func) == LOAD_INLINE or is_load_inline_call(call)
 
 
 def _target_key(node: ast.AST) -> Optional[str]:
