@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kevin_agent.evaluate.build import BuildCache  # noqa: E402
-from kevin_agent.evaluate.sources import extract_specs  # noqa: E402
-from kevin_agent.evaluate.spec import ExtensionSpec  # noqa: E402
+from kevin_agent.evaluate.build.cache import BuildCache  # noqa: E402
+from kevin_agent.evaluate.build.specs import extract_specs  # noqa: E402
+from kevin_agent.evaluate.source.calls import ExtensionSpec  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "kernels"
 
@@ -56,7 +56,7 @@ def hit_with_import_seconds(root: Path, spec: ExtensionSpec) -> float:
     script = textwrap.dedent(f"""
         import json, time, torch
         from pathlib import Path
-        from kevin_agent.evaluate.build import BuildCache, ExtensionSpec
+        from kevin_agent.evaluate.build.cache import BuildCache, ExtensionSpec
         spec = ExtensionSpec.from_dict(json.loads({json.dumps(json.dumps(spec.to_dict()))}))
         start = time.monotonic()
         BuildCache(Path({str(root)!r})).load(spec)

@@ -104,7 +104,8 @@ def summary(values: list[float]) -> dict[str, Optional[float]]:
 
 # -- kevin-agent ---------------------------------------------------------------------------------
 def bench_compile(candidates: list[BenchCandidate], cache_dir: Path, arch: str) -> dict[str, Any]:
-    from kevin_agent.evaluate.build import BuildCache, compile_many
+    from kevin_agent.evaluate.build.cache import BuildCache
+    from kevin_agent.evaluate.build.compile import compile_many
 
     cache = BuildCache(cache_dir, arch=arch)
     codes = [c.code for c in candidates]

@@ -52,7 +52,7 @@ def _open_evaluator(spec: Optional[str], settings: Any) -> Any:
 def prepare(args: argparse.Namespace, store: RunStore, events: EventSink) -> Prepared:
     """Build the backend, evaluator and Session the flags ask for; UserInputError on bad input."""
     from kevin_agent.backends import make_backend
-    from kevin_agent.session import RunSettings, Session, resume
+    from kevin_agent.loop.session import RunSettings, Session, resume
 
     flags = _backend_flags(args)
     if args.resume:

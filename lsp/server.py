@@ -197,7 +197,7 @@ class KevinServer(LanguageServer):
     def _make_session(self, state: RunState, events: Callable[[Any], None]) -> Any:
         """Called on the run worker thread: backend, evaluator and store for one run."""
         from kevin_agent.config import load_config, resolve_backend_settings
-        from kevin_agent.session import RunSettings, Session
+        from kevin_agent.loop.session import RunSettings, Session
 
         path = uri_path(state.uri)
         assert path is not None

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from kevin_agent.errors import EnvironmentProblem
-from kevin_agent.evaluate.build import BuildCache, compile_candidate, compile_many
-from kevin_agent.evaluate.build_flags import NO_ARCH, find_cuda_home, gencode_flags, resolve_arch
-from kevin_agent.evaluate.sources import extract_static
+from kevin_agent.evaluate.build.cache import BuildCache
+from kevin_agent.evaluate.build.compile import compile_candidate, compile_many
+from kevin_agent.evaluate.build.flags import NO_ARCH, find_cuda_home, gencode_flags, resolve_arch
+from kevin_agent.evaluate.build.specs import extract_static
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ADD = FIXTURES / "kernels" / "add_candidate.py"
@@ -51,8 +52,8 @@ def _print_times() -> None:
 
 def test_pch_that_times_out_builds_without_a_pch_and_leaves_nothing(tmp_path):
     """A hung or missing host compiler is no traceback: the build goes on without the PCH."""
-    from kevin_agent.evaluate.build_flags import Toolchain
-    from kevin_agent.evaluate.ninja_build import ensure_pch
+    from kevin_agent.evaluate.build.flags import Toolchain
+    from kevin_agent.evaluate.build.ninja_file import ensure_pch
 
     slow = tmp_path / "slow-cxx"
     slow.write_text("#!/bin/sh\nsleep 30\n")
@@ -94,7 +95,7 @@ def test_no_arch_without_a_device_is_one_line():
     env["CUDA_VISIBLE_DEVICES"] = ""  # no device visible, whatever the machine
     script = (
         "from kevin_agent.errors import EnvironmentProblem\n"
-        "from kevin_agent.evaluate.build_flags import resolve_arch\n"
+        "from kevin_agent.evaluate.build.flags import resolve_arch\n"
         "try:\n    resolve_arch(None)\nexcept EnvironmentProblem as exc:\n    print('PROBLEM', exc)\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
@@ -141,7 +142,8 @@ def test_cache_hit_with_import_in_a_fresh_process_and_hook(add_outcome, cache_ro
     script = textwrap.dedent(f"""
         import time, runpy, torch
         from pathlib import Path
-        from kevin_agent.evaluate.build import BuildCache, install_load_inline_hook
+        from kevin_agent.evaluate.build.cache import BuildCache
+        from kevin_agent.evaluate.build.compile import install_load_inline_hook
         cache = BuildCache(Path({str(cache_root)!r}))
         install_load_inline_hook(cache)
         start = time.monotonic()
@@ -172,7 +174,8 @@ def test_compile_error_is_trimmed_to_candidate_lines_and_concurrent_builds_agree
     script = textwrap.dedent(f"""
         import json, sys, dataclasses
         from pathlib import Path
-        from kevin_agent.evaluate.build import BuildCache, compile_candidate
+        from kevin_agent.evaluate.build.cache import BuildCache
+        from kevin_agent.evaluate.build.compile import compile_candidate
         out = compile_candidate(Path({str(BROKEN)!r}).read_text(), BuildCache(Path({str(cache_root)!r})))
         print("RESULT" + json.dumps({{"ok": out.ok, "message": out.message, "results": [dataclasses.asdict(r) for r in out.results]}}))
     """)

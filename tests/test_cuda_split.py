@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from kevin_agent.evaluate.build_layout import cpp_is_declarations_only
-from kevin_agent.evaluate.compile_log import errors_only_in, trim_errors
-from kevin_agent.evaluate.cuda_chunks import SplitRefused, blank_comments_and_literals, raw_chunks
-from kevin_agent.evaluate.cuda_split import split_cuda_source
+from kevin_agent.evaluate.build.layout import cpp_is_declarations_only
+from kevin_agent.evaluate.build.log import errors_only_in, trim_errors
+from kevin_agent.evaluate.build.chunks import SplitRefused, blank_comments_and_literals, raw_chunks
+from kevin_agent.evaluate.build.split import split_cuda_source
 
 KERNEL = """
 __global__ void add_kernel(const float* __restrict__ a, const float* b, float* out, int n) {

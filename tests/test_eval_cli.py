@@ -82,7 +82,7 @@ def test_no_device_without_compile_only_is_exit_3() -> None:
 
 def test_missing_nvcc_is_exit_3(tmp_path: Path) -> None:
     # the CLI in a child process with no nvcc on CUDA_HOME, PATH or the default toolkit folder
-    code = ("import sys, pathlib, kevin_agent.evaluate.build_flags as b; "
+    code = ("import sys, pathlib, kevin_agent.evaluate.build.flags as b; "
             f"b.DEFAULT_CUDA_HOME = pathlib.Path({str(tmp_path)!r}); "
             "from kevin_agent.cli import main; sys.exit(main(sys.argv[1:]))")
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}

@@ -22,7 +22,7 @@ from kevin_agent.data import Stage
 from kevin_agent.evaluate.replay import ReplayEvaluator
 from kevin_agent.events import RunFailed, TokensGenerated
 from kevin_agent.backends import make_backend
-from kevin_agent.session import RunSettings, Session
+from kevin_agent.loop.session import RunSettings, Session
 from kevin_agent.store import RunStore
 from kevin_agent.task import load_task
 from loop_fixtures import TASK_FILE, reply, write_replay, write_script

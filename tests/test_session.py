@@ -22,7 +22,7 @@ from kevin_agent.events import (
     TurnStarted,
     VerdictReady,
 )
-from kevin_agent.session import RunSettings, Session, resume
+from kevin_agent.loop.session import RunSettings, Session, resume
 from kevin_agent.store import RunStore
 from kevin_agent.task import load_task
 from loop_fixtures import TASK_FILE, write_replay, write_script

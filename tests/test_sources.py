@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from kevin_agent.evaluate.sources import (
+from kevin_agent.evaluate.build.specs import (
     NotStatic, SourceExtractionError, child_environment, extract_specs, extract_static,
 )
-from kevin_agent.evaluate.spec import ExtensionSpec, spec_from_call
+from kevin_agent.evaluate.source.calls import ExtensionSpec, spec_from_call
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -141,7 +141,7 @@ def test_child_environment_scrubs_like_the_gpu_worker(monkeypatch):
 
 
 def test_forged_marker_line_is_ignored_not_a_traceback():
-    from kevin_agent.evaluate.sources import RECORD_MARKER
+    from kevin_agent.evaluate.build.specs import RECORD_MARKER
 
     code = (f"from torch.utils.cpp_extension import load_inline\nprint({RECORD_MARKER!r} + '{{not json')\n"
             "load_inline(name='m', cpp_sources=str(2))\n")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kevin_agent.evaluate.static_checks import RULES, Violation, check_candidate, format_violations
+from kevin_agent.evaluate.static.checks import RULES, Violation, check_candidate, format_violations
 from static_cases import ACCEPTED, REJECTED, TASK, make
 
 KERNELS = Path(__file__).parent / "fixtures" / "kernels"
@@ -107,7 +107,7 @@ def test_static_checks_import_no_torch() -> None:
     import subprocess
     import sys
 
-    probe = ("import sys, kevin_agent.evaluate.static_checks as s; "
+    probe = ("import sys, kevin_agent.evaluate.static.checks as s; "
              "s.check_candidate(open(sys.argv[1]).read()); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", probe, str(KERNELS / "add_candidate.py")],
                          capture_output=True, text=True, check=True)

@@ -12,7 +12,7 @@ from kevin_agent.backends.base import Message
 from kevin_agent.config import BackendSettings
 from kevin_agent.data import Candidate, Stage, Task, TaskOrigin, Verdict
 from kevin_agent.errors import EnvironmentProblem, UserInputError
-from kevin_agent.session import RunSettings
+from kevin_agent.loop.session import RunSettings
 from kevin_agent.store import RunStore
 
 TASK = Task(source="class Model: ...\n", class_name="Model",

@@ -14,17 +14,17 @@ import pytest
 import torch
 
 from kevin_agent.data import TimingStats
-from kevin_agent.evaluate import guards
-from kevin_agent.evaluate.candidate_loader import clean_error_line, describe_exception, load_module_from_file
-from kevin_agent.evaluate.correctness import (
+from kevin_agent.evaluate.worker import guards
+from kevin_agent.evaluate.worker.loader import clean_error_line, describe_exception, load_module_from_file
+from kevin_agent.evaluate.worker.correctness import (
     CorrectnessHarness, compare_output, constant_problem, run_correctness, tolerance_for, trial_seed,
 )
-from kevin_agent.evaluate.speed_of_light import (
+from kevin_agent.evaluate.worker.speed_of_light import (
     PeakRates, count_flops, dominant_dtype, load_peaks, min_bytes, peaks_cache_path, save_peaks, sol_ms,
     suspicion_reasons, tensor_bytes,
 )
-from kevin_agent.evaluate.timing import escape_reason, flush_buffer_bytes, spread_of_medians, stats_from_samples
-from kevin_agent.evaluate.worker import BadJob, read_job, settings_from_dict, write_result
+from kevin_agent.evaluate.worker.timing import escape_reason, flush_buffer_bytes, spread_of_medians, stats_from_samples
+from kevin_agent.evaluate.worker.main import BadJob, read_job, settings_from_dict, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -283,11 +283,11 @@ def test_patch_detection_names_what_was_replaced(monkeypatch):
 
 
 def test_patch_detection_sees_own_module_functions(monkeypatch):
-    from kevin_agent.evaluate import timing
+    from kevin_agent.evaluate.worker import timing
 
     captured = guards.capture_references()
     monkeypatch.setattr(timing, "stats_from_samples", lambda samples: None)
-    assert guards.find_patched(captured) == ["kevin_agent.evaluate.timing.stats_from_samples"]
+    assert guards.find_patched(captured) == ["kevin_agent.evaluate.worker.timing.stats_from_samples"]
 
 
 def test_no_false_positive_from_torch_machinery():

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from kevin_agent.errors import UserInputError
-from kevin_agent.session_settings import RunSettings
+from kevin_agent.loop.settings import RunSettings
 
 
 @dataclass

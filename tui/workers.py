@@ -32,7 +32,7 @@ class WorkersMixin:
     def start_run(self, target: MessagePump, spec: str, settings: Any,
                   cancel: threading.Event) -> None:
         """load_task -> backend -> evaluator -> Session.run; events stream to ``target``."""
-        from kevin_agent.session import Session
+        from kevin_agent.loop.session import Session
         from kevin_agent.task import load_task
 
         task = load_task(spec)

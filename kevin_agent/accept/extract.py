@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from kevin_agent.errors import UserInputError
-from kevin_agent.evaluate.spec import is_load_inline_call
+from kevin_agent.evaluate.source.calls import is_load_inline_call
 
 # load_inline keywords that only shape how the sources are written (consumed when extracting)
 _CONSUMED = ("name", "cpp_sources", "cuda_sources", "functions", "with_pytorch_error_handling",

@@ -25,7 +25,7 @@ class EnvironmentInfo:
 
 def find_cuda_toolkit() -> Optional[Path]:
     """The CUDA toolkit the builds will use (build_flags.find_cuda_home), or None without one."""
-    from kevin_agent.evaluate.build_flags import find_cuda_home
+    from kevin_agent.evaluate.build.flags import find_cuda_home
 
     try:
         return find_cuda_home()
@@ -72,7 +72,7 @@ def check_environment(compile_only: bool = False) -> EnvironmentInfo:
             f"torch {info.torch_version} was built without CUDA; install a CUDA build of torch"
         )
     if not info.nvcc:
-        from kevin_agent.evaluate.build_flags import find_cuda_home
+        from kevin_agent.evaluate.build.flags import find_cuda_home
 
         find_cuda_home()  # raises the one-line reason (no nvcc, or a CUDA_HOME that is no toolkit)
     if not os.environ.get("CUDA_HOME") and info.cuda_home:
@@ -87,8 +87,8 @@ def check_environment(compile_only: bool = False) -> EnvironmentInfo:
 
 def resolve_arch(requested: Optional[str], info: Optional[EnvironmentInfo] = None) -> str:
     """The TORCH_CUDA_ARCH_LIST to build for: flag, environment, then the device (as the builds do)."""
-    from kevin_agent.evaluate.build_flags import normalise_arch
-    from kevin_agent.evaluate.build_flags import resolve_arch as build_arch
+    from kevin_agent.evaluate.build.flags import normalise_arch
+    from kevin_agent.evaluate.build.flags import resolve_arch as build_arch
 
     if not requested and not os.environ.get("TORCH_CUDA_ARCH_LIST") and info and info.capability:
         return normalise_arch(info.capability)

@@ -32,7 +32,7 @@ def static_verdict(code: str, task_source: Optional[str] = None) -> Optional[Ver
 
     ``task_source`` names the reference's classes, so using or subclassing any of them is caught.
     """
-    from kevin_agent.evaluate.static_checks import check_candidate, format_violations
+    from kevin_agent.evaluate.static.checks import check_candidate, format_violations
 
     violations = check_candidate(code, task_source)
     if not violations:
@@ -94,7 +94,7 @@ class CudaEvaluator:
 
     @property
     def cache_dir(self) -> Path:
-        from kevin_agent.evaluate.build import default_cache_root
+        from kevin_agent.evaluate.build.cache import default_cache_root
 
         return Path(self.settings.cache_dir or default_cache_root()).expanduser()
 
@@ -114,7 +114,7 @@ class CudaEvaluator:
             if self._arch is None:
                 self.check_environment()
             os.environ["TORCH_CUDA_ARCH_LIST"] = self._arch or ""
-            from kevin_agent.evaluate.build import BuildCache
+            from kevin_agent.evaluate.build.cache import BuildCache
 
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             self._cache = BuildCache(self.cache_dir, arch=self._arch)
@@ -172,7 +172,7 @@ class CudaEvaluator:
         return [v if v is not None else cancelled_verdict(reached[i]) for i, v in enumerate(verdicts)]
 
     def _compile(self, task: Task, codes: Sequence[str], indices: list[int], settle: Any) -> list[tuple[int, VerdictDetails]]:
-        from kevin_agent.evaluate.build import compile_many
+        from kevin_agent.evaluate.build.compile import compile_many
 
         outcomes = compile_many([codes[i] for i in indices], self._cache, jobs=self.jobs)
         compiled = []

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from kevin_agent.data import Stage, Verdict, VerdictDetails
 from kevin_agent.errors import EnvironmentProblem
-from kevin_agent.evaluate.worker_process import (  # noqa: F401  (re-exported)
+from kevin_agent.evaluate.processes import (  # noqa: F401  (re-exported)
     crash_reason,
     crash_verdict,
     is_secret_name,

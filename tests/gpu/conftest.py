@@ -21,7 +21,8 @@ def device_arch() -> str:
 @pytest.fixture(scope="session")
 def gpu_cache_dir(tmp_path_factory: pytest.TempPathFactory, device_arch: str) -> Path:
     """A build cache holding every candidate the GPU tests use (compiled in parallel)."""
-    from kevin_agent.evaluate.build import BuildCache, compile_many
+    from kevin_agent.evaluate.build.cache import BuildCache
+    from kevin_agent.evaluate.build.compile import compile_many
 
     root = tmp_path_factory.mktemp("kevin-cache")
     cache = BuildCache(root, arch=device_arch)

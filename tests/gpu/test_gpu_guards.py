@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kevin_agent.evaluate import guards
-from kevin_agent.evaluate.speed_of_light import measure_peaks
-from kevin_agent.evaluate.timing import Clock, Timer, make_flush, stats_from_samples
+from kevin_agent.evaluate.worker import guards
+from kevin_agent.evaluate.worker.speed_of_light import measure_peaks
+from kevin_agent.evaluate.worker.timing import Clock, Timer, make_flush, stats_from_samples
 
 pytestmark = pytest.mark.gpu
 

@@ -9,7 +9,7 @@ from gpu_helpers import adversarial_candidate, correct_candidate, run_job, task_
 
 from kevin_agent import feedback
 from kevin_agent.data import Stage
-from kevin_agent.evaluate.timing import spread_of_medians
+from kevin_agent.evaluate.worker.timing import spread_of_medians
 
 pytestmark = pytest.mark.gpu
 

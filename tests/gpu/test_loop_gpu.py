@@ -17,8 +17,8 @@ from kevin_agent.config import BackendSettings
 from kevin_agent.data import Stage
 from kevin_agent.evaluate.api import EvalSettings
 from kevin_agent.evaluate.evaluator import CudaEvaluator
-from kevin_agent.session import Session
-from kevin_agent.session_settings import RunSettings
+from kevin_agent.loop.session import Session
+from kevin_agent.loop.settings import RunSettings
 from kevin_agent.store import RunStore
 from kevin_agent.task import load_task
 

@@ -1,0 +1,192 @@
+"""Compile load_inline extensions into a content-addressed cache, fast.
+
+``BuildCache.build(spec)`` keys the build over sources, functions, flags, torch/CUDA/nvcc
+versions, arch list and our recipe version; a hit is a directory lookup. A miss tries the split
+fast path (kernels through nvcc without torch headers, torch host code through g++ with a shared
+precompiled header) and falls back to load_inline's whole layout. Builds happen in a temporary
+directory renamed into place under a file lock, so concurrent processes never corrupt an entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+import types
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from kevin_agent.evaluate.build.flags import Toolchain, toolchain
+from kevin_agent.evaluate.build.layout import Layout, split_layout, whole_layout
+from kevin_agent.evaluate.build.log import errors_only_in, trim_errors
+from kevin_agent.evaluate.build.chunks import SplitRefused
+from kevin_agent.evaluate.build.split import SOURCE_NAME
+from kevin_agent.evaluate.build.ninja_file import ensure_pch, file_lock, run_ninja, write_ninja
+from kevin_agent.evaluate.source.calls import ExtensionSpec
+
+__all__ = ["ExtensionSpec", "BuildResult", "BuildCache", "default_cache_root", "import_extension"]
+
+
+def default_cache_root() -> Path:
+    return Path(os.environ.get("KEVIN_BUILD_CACHE") or Path.home() / ".cache" / "kevin-agent" / "build")
+
+
+@dataclass
+class BuildResult:
+    ok: bool
+    seconds: float
+    cache_hit: bool
+    log_path: str | None
+    errors: str | None  # trimmed: first errors with file:line, for the model
+    path: str  # "split" (fast path) or "whole" (fallback)
+    module_path: str | None  # the built .so
+    pch_seconds: float = 0.0  # one-time precompiled-header cost paid by this build
+    split_note: str = ""  # why the split path was not used, when it was not
+    key: str = ""
+
+
+class BuildCache:
+    """Content-addressed build cache; safe to share between processes."""
+
+    def __init__(self, root: Path | None = None, arch: str | None = None, timeout_s: float = 300.0,
+                 ninja_jobs: int | None = None, split: bool = True) -> None:
+        self.root = Path(root) if root is not None else default_cache_root()
+        self.arch = arch
+        self.timeout_s = timeout_s
+        self.ninja_jobs = ninja_jobs or max(2, os.cpu_count() or 2)
+        self.split = split  # False forces the whole path (benchmarks, comparisons)
+        self._toolchain: Toolchain | None = None
+
+    @property
+    def toolchain(self) -> Toolchain:
+        """Resolved on first use; raises EnvironmentProblem (one line) without nvcc or an arch."""
+        if self._toolchain is None:
+            self._toolchain = toolchain(self.arch)
+        return self._toolchain
+
+    def key(self, spec: ExtensionSpec) -> str:
+        payload = {k: v for k, v in spec.to_dict().items() if k != "name"}  # the name is not built in
+        payload["toolchain"] = self.toolchain.fingerprint()
+        payload["split"] = self.split
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+    def entry_dir(self, spec: ExtensionSpec) -> Path:
+        return self.root / "ext" / self.key(spec)
+
+    def build(self, spec: ExtensionSpec) -> BuildResult:
+        """Build (or find) the extension; failures are results, never exceptions."""
+        start = time.monotonic()
+        key = self.key(spec)
+        final = self.root / "ext" / key
+        hit = _read_entry(final, start)
+        if hit is not None:
+            return hit
+        with file_lock(self.root / "locks" / f"{key}.lock"):
+            hit = _read_entry(final, start)
+            if hit is not None:
+                return hit
+            tmp = Path(tempfile.mkdtemp(prefix=f"{key[:16]}-", dir=_mkdir(self.root / "tmp")))
+            result = self._build_into(spec, key, tmp)
+            result.seconds = time.monotonic() - start
+            final_result = _relocate(result, tmp, final)
+            (tmp / "result.json").write_text(json.dumps(asdict(final_result)))
+            if "did not finish within" in (result.errors or ""):
+                return result  # a timeout is not a property of the sources: do not cache it
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(tmp, final)
+            return final_result
+
+    def load(self, spec: ExtensionSpec) -> types.ModuleType:
+        """Build if needed and import the extension (RuntimeError with the compiler errors if it fails)."""
+        result = self.build(spec)
+        if not result.ok or not result.module_path:
+            raise RuntimeError(f"Error building extension '{spec.name}':\n{result.errors}")
+        return import_extension(result.module_path)
+
+    def _build_into(self, spec: ExtensionSpec, key: str, tmp: Path) -> BuildResult:
+        module = f"kevin_{key[:16]}"
+        tc = self.toolchain
+        log_path = tmp / "build.log"
+        pch = ensure_pch(self.root, tc, tc.cxx_flags(spec.extra_cflags))
+        note = "split disabled"
+        if self.split:
+            try:
+                layout = split_layout(spec, module, tc, pch.header)
+                result = self._run(layout, module, tmp, log_path)
+                result.pch_seconds = pch.seconds
+                if result.ok or errors_only_in(log_path.read_text(errors="replace"), (SOURCE_NAME,)) and _nvcc_only(log_path):
+                    return result
+                note = "split build failed outside the kernels; retried whole"
+            except SplitRefused as exc:
+                note = str(exc)
+            with open(log_path, "a") as log:
+                log.write(f"\n=== whole path ({note}) ===\n")
+        result = self._run(whole_layout(spec, module, tc, pch.header, note), module, tmp, log_path)
+        result.pch_seconds, result.split_note = pch.seconds, note
+        return result
+
+    def _run(self, layout: Layout, module: str, directory: Path, log_path: Path) -> BuildResult:
+        work = directory / layout.path
+        work.mkdir(exist_ok=True)
+        for name, content in layout.files.items():
+            (work / name).write_text(content)
+        target = f"{module}.so"
+        write_ninja(work, self.toolchain, layout.steps, target, self.toolchain.ldflags(()))
+        ok, output = run_ninja(work, self.ninja_jobs, self.timeout_s, log_path)
+        return BuildResult(
+            ok=ok, seconds=0.0, cache_hit=False, log_path=str(log_path),
+            errors=None if ok else trim_errors(output), path=layout.path,
+            module_path=str(work / target) if ok else None, split_note=layout.note,
+        )
+
+
+def _nvcc_only(log_path: Path) -> bool:
+    text = log_path.read_text(errors="replace")
+    failed = [l for l in text.splitlines() if l.startswith("FAILED: ")]
+    return bool(failed) and all(l.strip().endswith("kernels.o") for l in failed)
+
+
+def _relocate(result: BuildResult, tmp: Path, final: Path) -> BuildResult:
+    """The result as it reads once ``tmp`` is renamed to ``final``."""
+    moved = BuildResult(**asdict(result))
+    for attr in ("log_path", "module_path"):
+        value = getattr(moved, attr)
+        if value and value.startswith(str(tmp)):
+            setattr(moved, attr, str(final) + value[len(str(tmp)):])
+    moved.key = final.name
+    return moved
+
+
+def _read_entry(final: Path, start: float) -> BuildResult | None:
+    try:
+        raw = json.loads((final / "result.json").read_text())
+    except (OSError, ValueError):
+        return None
+    result = BuildResult(**raw)
+    result.cache_hit, result.seconds, result.pch_seconds = True, time.monotonic() - start, 0.0
+    return result
+
+
+def import_extension(module_path: str) -> types.ModuleType:
+    """Import a built extension .so (once per process)."""
+    name = Path(module_path).stem
+    if name in sys.modules:
+        return sys.modules[name]
+    import torch  # noqa: F401  (the extension links against torch's libraries)
+
+    spec = importlib.util.spec_from_file_location(name, module_path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {module_path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    return module
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,1 @@
+"""Static checks: certain, cheap rejections before compiling (``checks.RULES``)."""

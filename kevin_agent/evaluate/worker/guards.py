@@ -1,0 +1,326 @@
+"""Defences the GPU worker raises around candidate code (KEVIN.md's reward hacks).
+
+- ``capture_references`` / ``find_patched``: the timing, sync and comparison functions captured at
+  worker start must still be the same objects after the candidate module has run.
+- ``snapshot`` / ``changed_inputs``: the candidate runs on clones checked bit-identical afterwards.
+- ``poison_free_memory``: every free block of torch's caching allocator is filled with 0xFF bytes
+  (NaN in every float dtype) so an output the candidate never wrote cannot inherit old results.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import types
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+POISON_BYTE = 0xFF  # all-ones: NaN for fp16/bf16/fp32/fp64, -1 for signed integers
+SMALL_POOL_MAX_BYTES = 1 << 20  # torch's caching allocator serves requests <= 1 MiB from its small pool
+
+# Named torch / time objects the worker relies on. Each path is resolved from its root module.
+WATCHED_PATHS: tuple[str, ...] = (
+    "torch.cuda.Event",
+    "torch.cuda.Event.record",
+    "torch.cuda.Event.elapsed_time",
+    "torch.cuda.Event.synchronize",
+    "torch.cuda.Event.query",
+    "torch.cuda.Event.wait",
+    "torch.cuda.Stream",
+    "torch.cuda.Stream.synchronize",
+    "torch.cuda.Stream.wait_stream",
+    "torch.cuda.synchronize",
+    "torch.cuda.current_stream",
+    "torch.cuda.default_stream",
+    "torch.cuda.stream",
+    "torch.cuda.set_stream",
+    "torch.cuda.current_device",
+    "torch.cuda.manual_seed",
+    "torch.cuda.memory_snapshot",
+    "torch.cuda.empty_cache",
+    "torch._C._cuda_synchronize",
+    "torch._C._cuda_getCurrentStream",
+    "torch.manual_seed",
+    "torch.allclose",
+    "torch.isclose",
+    "torch.equal",
+    "torch.isnan",
+    "torch.isinf",
+    "torch.isfinite",
+    "torch.abs",
+    "torch.where",
+    "torch.empty",
+    "torch.empty_like",
+    "torch.zeros",
+    "torch.no_grad",
+    "torch.compile",
+    "torch.nn.Module.__call__",
+    "torch.nn.Module._call_impl",
+    "torch.nn.Module.cuda",
+    "torch.nn.Module.to",
+    "time.perf_counter",
+    "time.perf_counter_ns",
+    "time.time",
+    "time.monotonic",
+    "time.sleep",
+)
+
+# Classes whose whole attribute dict is watched (methods a candidate could swap).
+WATCHED_CLASSES: tuple[str, ...] = (
+    "torch.Tensor",
+    "torch._C.TensorBase",
+    "torch.cuda.Event",
+    "torch._C._CudaEventBase",
+    "torch.cuda.Stream",
+)
+
+# The worker's own modules: a candidate must not swap their functions either.
+OWN_MODULES: tuple[str, ...] = (
+    "kevin_agent.evaluate.worker.guards",
+    "kevin_agent.evaluate.worker.correctness",
+    "kevin_agent.evaluate.worker.timing",
+    "kevin_agent.evaluate.worker.speed_of_light",
+    "kevin_agent.evaluate.worker.main",
+    "kevin_agent.evaluate.worker.stages",
+    "kevin_agent.evaluate.worker.loader",
+    "kevin_agent.feedback",
+    "kevin_agent.data",
+)
+
+
+def resolve(path: str) -> Any:
+    """``"torch.cuda.Event.record"`` -> the object, importing the root module if needed."""
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        module_name = ".".join(parts[:cut])
+        module = sys.modules.get(module_name)
+        if module is not None:
+            obj: Any = module
+            for name in parts[cut:]:
+                obj = _static_attr(obj, name)
+            return obj
+    __import__(parts[0])
+    return resolve(path)
+
+
+def _static_attr(obj: Any, name: str) -> Any:
+    """Attribute lookup that sees a class's own dict entry (no descriptor binding surprises)."""
+    if isinstance(obj, type):
+        for klass in obj.__mro__:
+            if name in vars(klass):
+                return vars(klass)[name]
+    return getattr(obj, name)
+
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class CapturedReferences:
+    """Objects captured at worker start: ``path -> object``. Timing calls go through these."""
+
+    objects: Mapping[str, Any]
+
+    def get(self, path: str) -> Any:
+        return self.objects[path]
+
+
+def capture_references(
+    paths: Iterable[str] = WATCHED_PATHS,
+    classes: Iterable[str] = WATCHED_CLASSES,
+    own_modules: Iterable[str] = OWN_MODULES,
+) -> CapturedReferences:
+    """Capture watched objects; call before any candidate code runs."""
+    objects: dict[str, Any] = {}
+    for path in paths:
+        try:
+            objects[path] = resolve(path)
+        except (AttributeError, ImportError):
+            objects[path] = _MISSING  # absent in this torch version: must stay absent
+    for class_path in classes:
+        try:
+            klass = resolve(class_path)
+        except (AttributeError, ImportError):
+            continue
+        for name in _class_names(klass):
+            objects[f"{class_path}.{name}"] = _static_attr(klass, name)
+    for module_name in own_modules:
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        for name, value in list(vars(module).items()):
+            if callable(value) and not isinstance(value, types.ModuleType) and not name.startswith("__"):
+                objects[f"{module_name}.{name}"] = value
+    return CapturedReferences(objects)
+
+
+def _class_names(klass: type) -> set[str]:
+    """Attribute names of a class and its bases (object excluded), dunders only when watched."""
+    names: set[str] = set()
+    for base in klass.__mro__:
+        if base is object:
+            continue
+        for name in vars(base):
+            if not (name.startswith("__") and name.endswith("__")) or name in _WATCHED_DUNDERS:
+                names.add(name)
+    return names
+
+
+_WATCHED_DUNDERS = frozenset(
+    {"__call__", "__sub__", "__rsub__", "__add__", "__mul__", "__truediv__", "__le__", "__lt__",
+     "__ge__", "__gt__", "__eq__", "__ne__", "__abs__", "__and__", "__or__", "__invert__",
+     "__getitem__", "__setitem__", "__init__", "__new__", "__enter__", "__exit__"}
+)
+
+
+def find_patched(captured: CapturedReferences) -> list[str]:
+    """Paths whose object is no longer the captured one (sorted); ``[]`` when nothing changed."""
+    patched = []
+    for path, original in captured.objects.items():
+        try:
+            current = _resolve_for_check(path)
+        except (AttributeError, ImportError, KeyError):
+            current = _MISSING
+        if current is not original:
+            patched.append(path)
+    return sorted(patched)
+
+
+def _resolve_for_check(path: str) -> Any:
+    """Like ``resolve``; class attributes through the MRO, so a shadowing subclass entry shows."""
+    head, _, name = path.rpartition(".")
+    if head:
+        try:
+            owner = resolve(head)
+        except (AttributeError, ImportError):
+            return _MISSING
+        if isinstance(owner, type):
+            try:
+                return _static_attr(owner, name)
+            except AttributeError:
+                return _MISSING
+        if isinstance(owner, types.ModuleType):
+            return vars(owner).get(name, _MISSING)
+        return getattr(owner, name, _MISSING)
+    return resolve(path)
+
+
+def patched_message(paths: list[str], limit: int = 8) -> str:
+    """One sentence for the model naming what was replaced."""
+    shown = ", ".join(paths[:limit])
+    more = f" and {len(paths) - limit} more" if len(paths) > limit else ""
+    return (
+        f"Your code replaced functions the evaluator uses for timing or checking ({shown}{more}). "
+        "Patching torch, timing or evaluator functions is not allowed."
+    )
+
+
+# ---------------------------------------------------------------- input snapshots
+
+
+def snapshot(value: Any) -> Any:
+    """A deep, detached copy of inputs (tensors cloned on their device)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(snapshot(v) for v in value)
+    if isinstance(value, dict):
+        return {k: snapshot(v) for k, v in value.items()}
+    return copy.deepcopy(value)
+
+
+def changed_inputs(before: Any, after: Any, prefix: str = "input") -> list[str]:
+    """Names of inputs that differ bit-for-bit (or in shape, stride, dtype) after a run."""
+    import torch
+
+    if isinstance(before, torch.Tensor):
+        if not isinstance(after, torch.Tensor):
+            return [prefix]
+        same_meta = (
+            before.shape == after.shape and before.dtype == after.dtype and before.device == after.device
+        )
+        return [] if same_meta and bit_identical(before, after) else [prefix]
+    if isinstance(before, (list, tuple)):
+        if not isinstance(after, (list, tuple)) or len(before) != len(after):
+            return [prefix]
+        changed: list[str] = []
+        for index, (b, a) in enumerate(zip(before, after)):
+            changed += changed_inputs(b, a, f"{prefix}[{index}]" if prefix != "input" else f"input {index}")
+        return changed
+    if isinstance(before, dict):
+        if not isinstance(after, dict) or before.keys() != after.keys():
+            return [prefix]
+        changed = []
+        for key in before:
+            changed += changed_inputs(before[key], after[key], f"{prefix}[{key!r}]")
+        return changed
+    try:
+        return [] if before == after else [prefix]
+    except Exception:
+        return [prefix]
+
+
+def bit_identical(a: Any, b: Any) -> bool:
+    """Same bytes (NaN-safe): compares the raw storage of contiguous copies."""
+    import torch
+
+    if a.numel() == 0:
+        return b.numel() == 0
+    a_bytes = a.detach().contiguous().reshape(-1).view(torch.uint8)
+    b_bytes = b.detach().contiguous().reshape(-1).view(torch.uint8)
+    return bool(torch.equal(a_bytes, b_bytes))
+
+
+# ---------------------------------------------------------------- memory poisoning
+
+
+def poison_plan(snapshot_segments: list[dict[str, Any]]) -> list[int]:
+    """Request sizes (bytes) that together take every free block of the caching allocator.
+
+    Largest first, so best-fit hands back exactly those blocks. Free blocks of the small pool are
+    requested in pieces of at most 1 MiB (larger requests would go to the large pool instead).
+    """
+    large: list[int] = []
+    small: list[int] = []
+    for segment in snapshot_segments:
+        is_small = segment.get("segment_type") == "small"
+        for block in segment.get("blocks", []):
+            if block.get("state") != "inactive":
+                continue
+            size = int(block.get("size", 0))
+            if size <= 0:
+                continue
+            if is_small:
+                while size > 0:
+                    piece = min(size, SMALL_POOL_MAX_BYTES)
+                    small.append(piece)
+                    size -= piece
+            else:
+                large.append(size)
+    return sorted(large, reverse=True) + sorted(small, reverse=True)
+
+
+def poison_free_memory(device: Any = None, synchronize: Callable[[], None] | None = None) -> int:
+    """Fill every free cached block with 0xFF bytes, then release them back to the cache.
+
+    Returns the number of bytes poisoned. The worker never empties the cache, so memory a model
+    freed stays in these blocks, and new allocations come from them.
+    """
+    import torch
+
+    sync = synchronize or torch.cuda.synchronize
+    sync()
+    device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    segments = [seg for seg in torch.cuda.memory_snapshot() if seg.get("device", index) == index]
+    held = []
+    for size in poison_plan(segments):
+        block = torch.empty(size, dtype=torch.uint8, device=device)
+        block.fill_(POISON_BYTE)
+        held.append(block)
+    sync()
+    poisoned = sum(block.numel() for block in held)
+    del held
+    return poisoned

@@ -1,0 +1,51 @@
+"""Child process: run a candidate's top level with load_inline replaced by a recorder.
+
+``python -m kevin_agent.evaluate.worker.record CANDIDATE.py`` prints one line
+``KEVIN_LOAD_INLINE_SPECS:{"specs": [...], "error": str | null}``. Started only by
+``sources.record_in_child`` with CUDA hidden and secrets removed from the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+import types
+from typing import Any
+
+from kevin_agent.evaluate.build.specs import RECORD_MARKER
+from kevin_agent.evaluate.source.calls import spec_from_call
+
+
+class _Stub(types.ModuleType):
+    """Stands in for the built module so the rest of the top level keeps running."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: None
+
+
+def main(path: str) -> int:
+    from torch.utils import cpp_extension
+
+    specs: list[dict[str, Any]] = []
+
+    def recorder(*args: Any, **kwargs: Any) -> types.ModuleType:
+        spec = spec_from_call(args, kwargs)
+        specs.append(spec.to_dict())
+        return _Stub(spec.name)
+
+    cpp_extension.load_inline = recorder
+    error = None
+    try:
+        runpy.run_path(path, run_name="kevin_candidate")
+    except BaseException as exc:  # the candidate's own failure is reported, not raised
+        error = f"{type(exc).__name__}: {exc}"[:500]
+    sys.stdout.write(RECORD_MARKER + json.dumps({"specs": specs, "error": error}) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1]))
