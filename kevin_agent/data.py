@@ -13,6 +13,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+REPLAY_GPU_NAME = "replay"  # the gpu_name of recorded verdicts: never a measurement on this machine
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message sent to the model."""
+
+    role: str  # "system" | "user" | "assistant"
+    content: str
+
+
 class Stage(str, enum.Enum):
     """How far a candidate got. Ordered: each stage needs the ones before it."""
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from kevin_agent import atomic
-from kevin_agent.backends.base import Message
+from kevin_agent.data import Message
 from kevin_agent.data import Verdict
 from kevin_agent.errors import UserInputError
 from kevin_agent.run_record import RunRecord

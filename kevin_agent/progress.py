@@ -19,7 +19,8 @@ from kevin_agent.events import (
     VerdictReady,
 )
 from kevin_agent.run_record import RunRecord
-from kevin_agent.run_table import CandidateRow, candidate_rows, conclude
+from kevin_agent.run_table import CandidateRow, candidate_rows, conclude, plural, turn_label
+from kevin_agent.runs.state import RunView
 
 
 def _speedup(value: Optional[float]) -> str:
@@ -52,10 +53,10 @@ class PlainProgress:
     @staticmethod
     def _line(event: Event) -> Optional[str]:
         if isinstance(event, RunStarted):
-            return (f"run {event.run_id}: {event.class_name}, {event.trajectories} trajectories "
-                    f"x {event.turns} turns")
+            return (f"run {event.run_id}: {event.class_name}, {plural(event.trajectories, 'trajectory')}"
+                    f" x {plural(event.turns, 'turn')}")
         if isinstance(event, TurnStarted):
-            return f"turn {event.turn + 1}: asking the model"
+            return f"turn {event.turn}: asking the model"
         if isinstance(event, CandidateGenerated):
             c = event.candidate
             problem = f" (format error: {c.parse_error})" if c.parse_error else ""
@@ -63,7 +64,7 @@ class PlainProgress:
         if isinstance(event, VerdictReady):
             return verdict_line(event)
         if isinstance(event, TurnDone):
-            return f"turn {event.turn + 1} done; best so far {_speedup(event.best_speedup or None)}"
+            return f"turn {event.turn} done; best so far {_speedup(event.best_speedup or None)}"
         if isinstance(event, RunDone):
             return f"run {event.run_id} {'cancelled' if event.cancelled else 'done'}"
         if isinstance(event, RunFailed):
@@ -85,15 +86,7 @@ class LiveProgress:
 
         self.console = console
         self._lock = threading.Lock()
-        self.run_id = ""
-        self.class_name = ""
-        self.turns = 0
-        self.turn = -1
-        self.tokens: dict[int, int] = {}
-        self.state: dict[int, str] = {}
-        self.compiling = 0
-        self.timing = 0
-        self.best = 0.0
+        self.view = RunView()
         self._live = Live(get_renderable=self._render, console=console, refresh_per_second=4,
                           transient=True)
 
@@ -106,35 +99,11 @@ class LiveProgress:
 
     def __call__(self, event: Event) -> None:
         with self._lock:
-            self._apply(event)
+            self.view.apply(event)
         if isinstance(event, (VerdictReady, RunFailed)):
             message = verdict_line(event) if isinstance(event, VerdictReady) else \
                 f"run failed: {event.message}"
             self._live.console.print(message, highlight=False, markup=False)
-
-    def _apply(self, event: Event) -> None:
-        if isinstance(event, RunStarted):
-            self.run_id, self.class_name, self.turns = event.run_id, event.class_name, event.turns
-            self.state = {i: "waiting" for i in range(event.trajectories)}
-        elif isinstance(event, TurnStarted):
-            self.turn = event.turn
-            self.tokens = {}
-            self.state = {i: "generating" for i in self.state}
-        elif isinstance(event, TokensGenerated):
-            self.tokens.update(event.tokens_by_trajectory)
-        elif isinstance(event, CandidateGenerated):
-            c = event.candidate
-            self.tokens[c.trajectory] = c.tokens
-            self.state[c.trajectory] = "format error" if c.parse_error else "evaluating"
-        elif isinstance(event, QueueChanged):
-            self.compiling, self.timing = event.compiling, event.timing
-        elif isinstance(event, VerdictReady):
-            v = event.verdict
-            self.state[event.candidate.trajectory] = (
-                f"{_speedup(v.speedup)}" if v.counts_as_best else
-                f"{v.stage.value} {'ok' if v.ok else 'failed'}")
-        elif isinstance(event, TurnDone):
-            self.best = max(self.best, event.best_speedup)
 
     def _render(self) -> Any:
         from rich.console import Group
@@ -142,15 +111,16 @@ class LiveProgress:
         from rich.text import Text
 
         with self._lock:
-            header = Text(f"run {self.run_id} · {self.class_name} · turn {self.turn + 1}/{self.turns}"
-                          f" · compile queue {self.compiling} · GPU queue {self.timing} · best "
-                          f"{_speedup(self.best or None)}", no_wrap=True, overflow="ellipsis")
+            v = self.view
+            header = Text(f"run {v.run_id} · {v.class_name} · turn {turn_label(v.turn, v.turns)}"
+                          f" · compile queue {v.compiling} · GPU queue {v.timing} · best "
+                          f"{_speedup(v.best_speedup or None)}", no_wrap=True, overflow="ellipsis")
             table = Table()
             table.add_column("trajectory", justify="right")
             table.add_column("tokens", justify="right")
             table.add_column("state")
-            for index in sorted(self.state):
-                table.add_row(str(index), str(self.tokens.get(index, 0)), self.state[index])
+            for index in sorted(v.trajectory_state):
+                table.add_row(str(index), str(v.tokens.get(index, 0)), v.trajectory_state[index])
         return Group(header, table)
 
 

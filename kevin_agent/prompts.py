@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Sequence
 
-from kevin_agent.backends.base import Message
+from kevin_agent.data import Message
 from kevin_agent.data import Candidate, Task, Verdict
 from kevin_agent.prompt_example import EXAMPLE_MODEL, EXAMPLE_MODEL_NEW
 

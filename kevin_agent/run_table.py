@@ -9,10 +9,22 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from kevin_agent.data import Candidate, Verdict
+from kevin_agent.data import REPLAY_GPU_NAME, Candidate, Verdict
 from kevin_agent.run_record import RunRecord
 
-REPLAY_GPU_NAME = "replay"
+def plural(count: int, word: str) -> str:
+    """"1 turn", "4 turns", "1 trajectory", "2 trajectories"."""
+    if count == 1:
+        return f"{count} {word}"
+    if word.endswith("y") and word[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return f"{count} {word[:-1]}ies"
+    return f"{count} {word}s"
+
+
+def turn_label(turn: int, turns: int) -> str:
+    """A turn as every face shows it: 0-based like candidate ids (t<trajectory>.<turn>) and tables,
+    with the range, e.g. "2 (0-3)"."""
+    return f"{turn} (0-{max(turns - 1, 0)})"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from kevin_agent.backends.base import Message
+from kevin_agent.data import Message
 from kevin_agent.data import Candidate, Task, Verdict
 from kevin_agent.errors import EnvironmentProblem, UserInputError
 from kevin_agent.run_record import RUN_STATUSES, RunRecord, RunSummary

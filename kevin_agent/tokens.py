@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Callable, Sequence
 
-from kevin_agent.backends.base import Message
+from kevin_agent.data import Message
 
 TokenCounter = Callable[[str], int]
 CHARS_PER_TOKEN = 3

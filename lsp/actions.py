@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional, Sequence
 
 from lsprotocol import types
 
@@ -78,3 +78,22 @@ def code_actions(
         if fix is not None:
             found.append(fix)
     return found
+
+
+def busy_reason(states: Sequence[Any], scan: Scan, line: int) -> Optional[str]:
+    """Why no run can start for the class at 0-based ``line``: one is queued or running."""
+    module = enclosing(scan.classes, line)
+    if module is None:
+        return None
+    for state in states:
+        if state.active and state.class_name == module.name:
+            return f"a Kevin run for {state.class_name} is already {state.status}"
+    return None
+
+
+def only_kinds(actions: list[types.CodeAction], only: Optional[Sequence[Any]]) -> list[types.CodeAction]:
+    """The actions whose kind falls under one of ``only`` (the client's filter), all without one."""
+    if not only:
+        return actions
+    wanted = [getattr(kind, "value", kind) for kind in only]
+    return [a for a in actions if any(getattr(a.kind, "value", a.kind).startswith(k) for k in wanted)]

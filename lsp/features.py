@@ -8,7 +8,7 @@ import logging
 from lsprotocol import types
 
 from kevin_agent.lsp import commands
-from kevin_agent.lsp.actions import code_actions
+from kevin_agent.lsp.actions import busy_reason, code_actions, only_kinds
 from kevin_agent.lsp.documents import repo_root, uri_path
 from kevin_agent.lsp.lenses import code_lenses
 
@@ -35,6 +35,14 @@ def _accepted_lookup(uri: str):
 
 def register(server) -> None:
     """Attach every feature and command of the Kevin language server."""
+    _register_lifecycle(server)
+    _register_editing(server)
+    for name, handler in commands.COMMANDS.items():
+        server.command(name)(commands.guarded(handler))
+
+
+def _register_lifecycle(server) -> None:
+    """Initialization, settings, shutdown, progress cancel."""
 
     @server.feature(types.INITIALIZE)
     def on_initialize(ls, params: types.InitializeParams) -> None:
@@ -53,7 +61,17 @@ def register(server) -> None:
 
     @server.feature(types.SHUTDOWN)
     def on_shutdown(ls, params: None) -> None:
-        ls.runs.close()
+        ls.shut_down()
+
+    @server.feature(types.WINDOW_WORK_DONE_PROGRESS_CANCEL)
+    def on_progress_cancel(ls, params: types.WorkDoneProgressCancelParams) -> None:
+        key = ls.reporter.run_of_token(params.token)
+        if key is not None:
+            ls.runs.cancel(*key)
+
+
+def _register_editing(server) -> None:
+    """Buffers, code lenses and code actions."""
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def on_close(ls, params: types.DidCloseTextDocumentParams) -> None:
@@ -76,23 +94,6 @@ def register(server) -> None:
         source = ls.workspace.get_text_document(uri).source
         scan = ls.index.scan(uri, source)
         line = params.range.start.line
-        busy = None
-        for state in ls.runs.for_uri(uri):
-            if state.active and any(c.name == state.class_name and c.start_line - 1 <= line <= c.end_line - 1
-                                    for c in scan.classes):
-                busy = f"a Kevin run for {state.class_name} is already {state.status}"
-        only = params.context.only
+        busy = busy_reason(ls.runs.for_uri(uri), scan, line)
         found = code_actions(uri, source, scan, line, busy, ls.supports_disabled_actions())
-        if only:
-            wanted = [getattr(kind, "value", kind) for kind in only]
-            found = [a for a in found if any(getattr(a.kind, "value", a.kind).startswith(k) for k in wanted)]
-        return found
-
-    @server.feature(types.WINDOW_WORK_DONE_PROGRESS_CANCEL)
-    def on_progress_cancel(ls, params: types.WorkDoneProgressCancelParams) -> None:
-        key = ls.reporter.run_of_token(params.token)
-        if key is not None:
-            ls.runs.cancel(*key)
-
-    for name, handler in commands.COMMANDS.items():
-        server.command(name)(commands.guarded(handler))
+        return only_kinds(found, params.context.only)

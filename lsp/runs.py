@@ -10,11 +10,15 @@ import logging
 import queue
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
 from kevin_agent.data import Candidate, Task, Verdict
 from kevin_agent.errors import KevinError, UserInputError
-from kevin_agent.events import Event, RunDone, RunFailed, RunStarted, TurnDone, TurnStarted, VerdictReady
+from kevin_agent.events import Event, RunDone, RunFailed
+from kevin_agent.run_table import plural, turn_label
+from kevin_agent.runs.request import RunRequest
+from kevin_agent.runs.state import RunView
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +27,7 @@ ACTIVE = ("queued", "running")
 
 @dataclass
 class RunState:
-    """What the editor shows about one class's run."""
+    """What the editor shows about one class's run: its queue status and its ``RunView``."""
 
     uri: str
     class_name: str
@@ -31,12 +35,7 @@ class RunState:
     trajectories: int
     turns: int
     status: str = "queued"  # queued | running | done | cancelled | failed | accepted | discarded
-    run_id: Optional[str] = None
-    turn: int = 0  # 0-based turn in play
-    evaluated: int = 0  # candidates with a verdict
-    best_speedup: float = 0.0
-    best: Optional[tuple[Candidate, Verdict]] = None
-    message: str = ""  # failure message
+    view: RunView = field(default_factory=RunView)
     cancel: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -47,25 +46,54 @@ class RunState:
     def active(self) -> bool:
         return self.status in ACTIVE
 
+    @property
+    def run_id(self) -> Optional[str]:
+        return self.view.run_id or None
+
+    @property
+    def turn(self) -> int:
+        return self.view.turn
+
+    @property
+    def evaluated(self) -> int:
+        return self.view.evaluated
+
+    @property
+    def best_speedup(self) -> float:
+        return self.view.best_speedup
+
+    @property
+    def best(self) -> Optional[tuple[Candidate, Verdict]]:
+        return self.view.best
+
+    @property
+    def message(self) -> str:
+        return self.view.message
+
+    def request(self, backend_flags: dict[str, Any], folder: Path) -> RunRequest:
+        """The run service request for this class's run (config looked up from ``folder``)."""
+        return RunRequest(task=self.task, trajectories=self.trajectories, turns=self.turns,
+                          backend_flags=backend_flags, config_dir=folder)
+
     def summary(self) -> str:
         """One line for a diagnostic, lens or progress report."""
         best = f", best {self.best_speedup:.2f}x vs eager" if self.best_speedup > 0 else ""
         if self.status == "queued":
             return "Kevin: queued for the GPU"
         if self.status == "running":
-            return (f"Kevin: turn {self.turn + 1}/{self.turns}, {self.trajectories} trajectories, "
-                    f"{self.evaluated} evaluated{best}")
+            return (f"Kevin: turn {turn_label(self.turn, self.turns)}, "
+                    f"{plural(self.trajectories, 'trajectory')}, {self.evaluated} evaluated{best}")
         if self.status == "failed":
             return f"Kevin: run failed: {self.message}"
         if self.best is not None:
             verb = "cancelled" if self.status == "cancelled" else "done"
             return f"Kevin: {verb}, {self.best_speedup:.2f}x vs eager (accept, show diff or discard)"
-        return f"Kevin: {self.status}, no correct kernel among {self.evaluated} candidates"
+        return f"Kevin: {self.status}, no correct kernel among {plural(self.evaluated, 'candidate')}"
 
 
-class SessionFactory(Protocol):
+class RunOpener(Protocol):
     def __call__(self, state: RunState, events: Callable[[Event], None]) -> Any:
-        """A kevin_agent Session for the state's task (its ``run(cancel)`` plays the run)."""
+        """A prepared run for the state's task (``run_id``; ``play(cancel)`` plays it)."""
 
 
 class RunListener(Protocol):
@@ -76,8 +104,8 @@ class RunListener(Protocol):
 class RunManager:
     """Queues runs, plays them one at a time, cancels them; thread-safe."""
 
-    def __init__(self, make_session: SessionFactory, listener: RunListener) -> None:
-        self._make_session = make_session
+    def __init__(self, open_run: RunOpener, listener: RunListener) -> None:
+        self._open_run = open_run
         self._listener = listener
         self._lock = threading.Lock()
         self._states: dict[tuple[str, str], RunState] = {}
@@ -138,11 +166,14 @@ class RunManager:
         self._listener.on_change(state, None)
         return state
 
-    def close(self) -> None:
-        """Cancel everything and stop the worker (server shutdown)."""
+    def close(self, wait_s: float = 0.0) -> None:
+        """Cancel everything and stop the worker (server shutdown), waiting up to ``wait_s``."""
         for state in self.all():
             state.cancel.set()
         self._queue.put(None)
+        worker = self._worker
+        if wait_s > 0 and worker is not None and worker is not threading.current_thread():
+            worker.join(wait_s)
 
     # -- the worker ------------------------------------------------------------------------------
 
@@ -165,9 +196,8 @@ class RunManager:
             state.status = "running"
         self._listener.on_change(state, None)
         try:
-            session = self._make_session(state, lambda event: self._on_event(state, event))
-            state.run_id = session.run_id
-            session.run(state.cancel)
+            prepared = self._open_run(state, lambda event: self._on_event(state, event))
+            prepared.play(state.cancel)
         except KevinError as err:
             self._finish(state, RunFailed(state.run_id or "", str(err)))
         except Exception as err:  # the server outlives any bug in a run
@@ -181,22 +211,7 @@ class RunManager:
             self._on_event(state, event)
 
     def _on_event(self, state: RunState, event: Event) -> None:
-        if isinstance(event, RunStarted):
-            state.run_id = event.run_id
-        elif isinstance(event, TurnStarted):
-            state.turn = event.turn
-        elif isinstance(event, VerdictReady):
-            state.evaluated += 1
-            if event.verdict.counts_as_best and event.verdict.speedup > state.best_speedup:
-                state.best_speedup = event.verdict.speedup
-                state.best = (event.candidate, event.verdict)
-        elif isinstance(event, TurnDone):
-            state.best_speedup = max(state.best_speedup, event.best_speedup)
-        elif isinstance(event, RunDone):
-            state.status = "cancelled" if event.cancelled else "done"
-            if event.best is not None and event.best_verdict is not None:
-                state.best = (event.best, event.best_verdict)
-                state.best_speedup = event.best_verdict.speedup
-        elif isinstance(event, RunFailed):
-            state.status, state.message = "failed", event.message
+        state.view.apply(event)
+        if isinstance(event, (RunDone, RunFailed)):
+            state.status = state.view.status
         self._listener.on_change(state, event)

@@ -24,38 +24,19 @@ from kevin_agent.lsp import commands, settings as lsp_settings
 from kevin_agent.lsp.documents import ClassIndex, repo_root, uri_path
 from kevin_agent.lsp.reporting import ACCEPT_ACTION, DIFF_ACTION, DISCARD_ACTION, Reporter, result_message
 from kevin_agent.lsp.runs import RunManager, RunState
+from kevin_agent.runs.service import PreparedRun, RunService
+from kevin_agent.store import RunStore
 
 log = logging.getLogger(__name__)
 
 SERVER_NAME = "kevin-lsp"
 
 
-def _default_backend(settings: Any) -> Any:
-    from kevin_agent.backends import make_backend
-
-    return make_backend(settings)
-
-
-def _default_evaluator() -> Any:
-    from kevin_agent.evaluate.evaluator import open_evaluator
-
-    return open_evaluator(None)
-
-
-def _default_store(start: Path) -> Any:
-    from kevin_agent.store import RunStore
-
-    return RunStore.for_path(start)
-
-
 @dataclass
 class ServerDeps:
     """What the server builds runs from; tests and benchmarks pass their own."""
 
-    make_backend: Callable[[Any], Any] = _default_backend  # BackendSettings -> Backend
-    make_evaluator: Callable[[], Any] = _default_evaluator  # -> Evaluator (KEVIN_EVALUATOR honoured)
-    open_store: Callable[[Path], Any] = _default_store  # folder -> RunStore
-    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    service: Callable[[], RunService] = RunService  # the run service every run goes through
 
 
 class KevinProtocol(LanguageServerProtocol):
@@ -82,12 +63,9 @@ class KevinServer(LanguageServer):
         self.settings = lsp_settings.LspSettings()
         self.index = ClassIndex()
         self.reporter = Reporter(self)
-        self.runs = RunManager(self._make_session, self.reporter)
+        self.service = deps.service()
+        self.runs = RunManager(self._open_run, self.reporter)
         self.loop: Optional[asyncio.AbstractEventLoop] = None
-        self._stores: dict[Path, Any] = {}
-        self._backends: list[tuple[Any, Any]] = []
-        self._evaluator: Any = None
-        self._shared = threading.Lock()
         self._reported_problems: tuple[str, ...] = ()
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -172,43 +150,21 @@ class KevinServer(LanguageServer):
 
     # -- runs ------------------------------------------------------------------------------------
 
-    def store_for(self, path: Path) -> Any:
-        root = repo_root(path) or path.parent
-        with self._shared:
-            if root not in self._stores:
-                self._stores[root] = self.deps.open_store(root)
-            return self._stores[root]
+    def store_for(self, path: Path) -> RunStore:
+        """The run store of the repository holding ``path`` (its folder outside a repository)."""
+        return self.service.store_for(repo_root(path) or path.parent)
 
-    def _backend_for(self, backend_settings: Any) -> Any:
-        with self._shared:
-            for known, backend in self._backends:
-                if known == backend_settings:
-                    return backend
-        backend = self.deps.make_backend(backend_settings)
-        with self._shared:
-            self._backends.append((backend_settings, backend))
-        return backend
+    def shut_down(self) -> None:
+        """Cancel every run, let them stop, then close what the run service opened."""
+        self.runs.close(wait_s=10.0)
+        self.service.close()
 
-    def _evaluator_for_runs(self) -> Any:
-        if self._evaluator is None:
-            self._evaluator = self.deps.make_evaluator()
-        return self._evaluator
-
-    def _make_session(self, state: RunState, events: Callable[[Any], None]) -> Any:
-        """Called on the run worker thread: backend, evaluator and store for one run."""
-        from kevin_agent.config import load_config, resolve_backend_settings
-        from kevin_agent.loop.session import RunSettings, Session
-
+    def _open_run(self, state: RunState, events: Callable[[Any], None]) -> PreparedRun:
+        """Called on the run worker thread: the run service opens the class's run."""
         path = uri_path(state.uri)
         assert path is not None
-        folder = repo_root(path) or path.parent
-        backend_settings = resolve_backend_settings(
-            self.settings.backend_flags(), self.deps.environ, load_config(folder))
-        settings = RunSettings(trajectories=state.trajectories, turns=state.turns,
-                               backend=backend_settings,
-                               evaluator=self.deps.environ.get("KEVIN_EVALUATOR") or None)
-        return Session(state.task, settings, self._backend_for(backend_settings),
-                       self._evaluator_for_runs(), self.store_for(path), events)
+        request = state.request(self.settings.backend_flags(), repo_root(path) or path.parent)
+        return self.service.open(request, events)
 
     async def conclude(self, state: RunState) -> None:
         """A run ended: ask what to do with its kernel, or say plainly why there is none."""

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kevin_agent import feedback
-from kevin_agent.backends.base import Message
+from kevin_agent.data import Message
 from kevin_agent.data import Candidate, Stage, Task, TimingStats, Verdict, VerdictDetails
 from kevin_agent.store import RunStore
 

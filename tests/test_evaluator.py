@@ -130,7 +130,7 @@ def test_cancel_kills_the_running_worker(compiled: tuple, shared_build_cache: Pa
 
 def test_static_checks_know_the_task_classes() -> None:
     """Subclassing a helper class of the task is caught: the evaluator passes the task source on."""
-    from kevin_agent.evaluate.evaluator import static_verdict
+    from kevin_agent.evaluate.verdicts import static_verdict
 
     task_source = TASK.source + "\nclass Block(nn.Module):\n    pass\n"
     code = GOOD.replace("class ModelNew(nn.Module)", "class Block(nn.Module):\n    pass\n\nclass ModelNew(Block)")

@@ -13,7 +13,9 @@ import pytest
 
 from kevin_agent.data import Stage
 from kevin_agent.errors import EnvironmentProblem
-from kevin_agent.evaluate.isolation import WorkerPool, is_secret_name, scrubbed_environment
+from kevin_agent.evaluate.isolation import WorkerPool
+from kevin_agent.evaluate.processes import is_secret_name, scrubbed_environment
+from kevin_agent.evaluate.protocol import WorkerJob
 
 STANDIN = Path(__file__).parent / "workers" / "standin.py"
 
@@ -24,8 +26,8 @@ def make_pool(tmp_path: Path, *args: str, **kwargs) -> WorkerPool:
     return WorkerPool([sys.executable, str(STANDIN), *args], scratch_root=tmp_path / "scratch", **kwargs)
 
 
-def job(mode: str) -> dict:
-    return {"task_source": "task", "candidate_source": mode, "settings": {}, "cache_dir": "/nonexistent"}
+def job(mode: str) -> WorkerJob:
+    return WorkerJob("task", mode, Path("unset"), cache_dir=Path("/nonexistent"))
 
 
 def info(result) -> dict:

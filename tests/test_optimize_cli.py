@@ -235,7 +235,7 @@ def test_live_display_shows_tokens_queue_and_best():
     capture = Console(file=io.StringIO(), width=200)
     capture.print(live._render())
     text = capture.file.getvalue()
-    assert "turn 2/4" in text and "compile queue 1" in text and "GPU queue 2" in text
+    assert "turn 1 (0-3)" in text and "compile queue 1" in text and "GPU queue 2" in text
     assert "best 2.50x" in text and "1234" in text and "80" in text and "evaluating" in text
     verdict = Verdict.from_dict(VERDICTS["quick"])
     from kevin_agent.events import VerdictReady

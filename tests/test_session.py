@@ -22,12 +22,18 @@ from kevin_agent.events import (
     TurnStarted,
     VerdictReady,
 )
-from kevin_agent.loop.session import RunSettings, Session, resume
+from kevin_agent.loop.session import RunSettings, Session
 from kevin_agent.store import RunStore
 from kevin_agent.task import load_task
 from loop_fixtures import TASK_FILE, write_replay, write_script
 
 GPU = "NVIDIA H100 (test)"
+
+
+def resume(run_id, store, backend, evaluator):
+    """The stored run continued (what the run service does for --resume)."""
+    record = store.load_run(run_id)
+    return Session.resumed(record, RunSettings.from_dict(record.settings), backend, evaluator, store)
 
 
 @pytest.fixture()

@@ -141,7 +141,7 @@ def test_child_environment_scrubs_like_the_gpu_worker(monkeypatch):
 
 
 def test_forged_marker_line_is_ignored_not_a_traceback():
-    from kevin_agent.evaluate.build.specs import RECORD_MARKER
+    from kevin_agent.evaluate.protocol import RECORD_MARKER
 
     code = (f"from torch.utils.cpp_extension import load_inline\nprint({RECORD_MARKER!r} + '{{not json')\n"
             "load_inline(name='m', cpp_sources=str(2))\n")

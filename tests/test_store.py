@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kevin_agent.backends.base import Message
+from kevin_agent.data import Message
 from kevin_agent.config import BackendSettings
 from kevin_agent.data import Candidate, Stage, Task, TaskOrigin, Verdict
 from kevin_agent.errors import EnvironmentProblem, UserInputError

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kevin_agent.backends.base import Message
+from kevin_agent.data import Message
 from kevin_agent.tokens import (
     count_message_tokens,
     counter_kind,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kevin_agent.data import TimingStats
+from kevin_agent.data import Stage, TimingStats, Verdict, VerdictDetails
 from kevin_agent.evaluate.worker import guards
 from kevin_agent.evaluate.worker.loader import clean_error_line, describe_exception, load_module_from_file
 from kevin_agent.evaluate.worker.correctness import (
@@ -24,7 +24,8 @@ from kevin_agent.evaluate.worker.speed_of_light import (
     suspicion_reasons, tensor_bytes,
 )
 from kevin_agent.evaluate.worker.timing import escape_reason, flush_buffer_bytes, spread_of_medians, stats_from_samples
-from kevin_agent.evaluate.worker.main import BadJob, read_job, settings_from_dict, write_result
+from kevin_agent.evaluate.protocol import BadJob, WorkerJob, WorkerReply, settings_from_dict
+from kevin_agent.evaluate.worker.main import write_reply
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -366,22 +367,38 @@ def test_read_job_and_settings(tmp_path):
         "cache_dir": str(tmp_path / "cache"),
         "settings": {"timing_trials": 7, "cache_dir": str(tmp_path), "unknown_future_field": 1},
     }))
-    job = read_job(job_path)
+    job = WorkerJob.read(job_path)
     assert job.settings.timing_trials == 7 and job.settings.cache_dir == tmp_path
     assert job.cache_dir == tmp_path / "cache" and job.result_path == tmp_path / "r.json"
     assert settings_from_dict({}).correctness_trials == 5
+    assert WorkerJob.read(_written(tmp_path / "again.json", job.to_json())) == job  # round trip
     job_path.write_text(json.dumps({"task_source": "T"}))
     with pytest.raises(BadJob, match="lacks candidate_source, result_path"):
-        read_job(job_path)
+        WorkerJob.read(job_path)
     with pytest.raises(BadJob, match="cannot read job"):
-        read_job(tmp_path / "missing.json")
+        WorkerJob.read(tmp_path / "missing.json")
 
 
-def test_write_result_is_atomic_and_complete(tmp_path):
+def _written(path, text):
+    path.write_text(text)
+    return path
+
+
+def test_write_reply_is_atomic_and_complete(tmp_path):
     path = tmp_path / "out" / "result.json"
-    write_result(path, {"stage": "timing", "ok": True})
-    assert json.loads(path.read_text()) == {"verdict": {"stage": "timing", "ok": True}}
+    verdict = Verdict(Stage.TIMING, True, "fast", VerdictDetails(speedup_vs_eager=2.0))
+    write_reply(path, WorkerReply(verdict=verdict))
+    assert WorkerReply.read(path).verdict.details.speedup_vs_eager == 2.0
     assert [p.name for p in path.parent.iterdir()] == ["result.json"]  # no temp file left
+
+
+def test_task_failure_reply_is_structured(tmp_path):
+    path = tmp_path / "result.json"
+    write_reply(path, WorkerReply(task_failure="NameError: name 'x' is not defined", task_failure_detail="tb"))
+    reply = WorkerReply.read(path)
+    assert reply.verdict is None and reply.task_failure.startswith("NameError")
+    path.write_text("{}")  # neither a verdict nor a task failure: unusable, like a crash
+    assert WorkerReply.read(path) is None
 
 
 def test_worker_without_cuda_exits_3_before_ready():

@@ -11,6 +11,8 @@ from textual.binding import Binding
 from textual.worker import Worker, WorkerState
 
 from kevin_agent.errors import KevinError
+from kevin_agent.runs.service import RunService
+from kevin_agent.store import RunStore, find_repo_root
 from kevin_agent.tui.commands import KevinCommands
 from kevin_agent.tui.messages import AcceptCommitted, AcceptPlanned, RunLoaded, UndoDone
 from kevin_agent.tui.run_setup import SetupValues, default_values
@@ -23,12 +25,13 @@ class AppDeps:
 
     root: Path  # the folder (or file) browsed for modules
     repo_root: Optional[Path]  # the git repository (config, accept, undo); None outside one
-    store: Any  # store.RunStore
-    backend_factory: Callable[[Any], Any]  # BackendSettings -> Backend
-    evaluator: Any = None  # an Evaluator shared by every run; None: make_evaluator per run
+    service: RunService  # every run goes through it; closed when the app exits
     evaluator_spec: Optional[str] = None  # make_evaluator spec ("replay:PATH"); None: $KEVIN_EVALUATOR
     run_ids: Optional[Callable[[], str]] = None  # run id factory (deterministic tests)
-    env: Optional[Mapping[str, str]] = None  # environment for config defaults (None: os.environ)
+
+    @property
+    def store(self) -> RunStore:
+        return self.service.store_for(self.repo_root or self.root)
 
 
 def error_line(error: Optional[BaseException]) -> str:
@@ -71,9 +74,15 @@ class KevinApp(WorkersMixin, App):
 
         self.push_screen(BrowserScreen())
 
+    def on_unmount(self) -> None:
+        self.deps.service.close()
+
+    def next_run_id(self) -> Optional[str]:
+        return self.deps.run_ids() if self.deps.run_ids else None
+
     def setup_defaults(self) -> SetupValues:
         try:
-            return default_values(self.deps.repo_root, self.deps.env)
+            return default_values(self.deps.service, self.deps.repo_root)
         except KevinError as err:
             self.notify(str(err), title="Config", severity="warning")
             return SetupValues()
@@ -173,24 +182,21 @@ def create_app(
     backend_factory: Optional[Callable[[Any], Any]] = None,
     evaluator: Any = None,
     evaluator_spec: Optional[str] = None,
-    store: Any = None,
+    store: Optional[RunStore] = None,
     repo_root: Optional[Path] = None,
     run_ids: Optional[Callable[[], str]] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> KevinApp:
-    """The app for ``path`` (default: the repository root, else the current folder)."""
-    from kevin_agent.store import RunStore, find_repo_root
+    """The app for ``path`` (default: the repository root, else the current folder).
 
+    ``backend_factory``, ``evaluator``, ``store`` and ``env`` replace the run service's defaults
+    (tests inject doubles); an injected evaluator is shared by every run and never closed here.
+    """
     start = Path(path) if path is not None else Path.cwd()
     if repo_root is None:
         repo_root = find_repo_root(start)
     root = Path(path).resolve() if path is not None else (repo_root or Path.cwd()).resolve()
-    if backend_factory is None:
-        from kevin_agent.backends import make_backend
-
-        backend_factory = make_backend
-    if store is None:
-        store = RunStore.for_path(repo_root or root)
-    deps = AppDeps(root=root, repo_root=repo_root, store=store, backend_factory=backend_factory,
-                   evaluator=evaluator, evaluator_spec=evaluator_spec, run_ids=run_ids, env=env)
+    service = RunService(environ=env, make_backend=backend_factory, evaluator=evaluator, store=store)
+    deps = AppDeps(root=root, repo_root=repo_root, service=service, evaluator_spec=evaluator_spec,
+                   run_ids=run_ids)
     return KevinApp(deps)

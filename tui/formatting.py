@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from kevin_agent.data import Candidate, Verdict
+from kevin_agent.data import REPLAY_GPU_NAME, Candidate, Verdict
 from kevin_agent.run_table import candidate_row
 
 ROW_COLUMNS = ("traj", "turn", "verdict", "kernel ms", "x eager", "x compile", "SoL %")
@@ -77,7 +77,7 @@ def verdict_text(verdict: Optional[Verdict]) -> str:
         lines.append("Suspicious: " + ("; ".join(d.suspicious_reasons) or "flagged"))
     if d.gpu_name:
         lines.append(f"GPU: {d.gpu_name}" + (" (replayed, not a measurement)"
-                                             if d.gpu_name == "replay" else ""))
+                                             if d.gpu_name == REPLAY_GPU_NAME else ""))
     for title, text in (("Compiler errors", d.compiler_errors), ("Error", d.error)):
         if text:
             lines += ["", f"{title}:", text.rstrip()]

@@ -1,14 +1,15 @@
-"""The run-setup form's values: defaults from the project's config, and their RunSettings."""
+"""The run-setup form's values: defaults from the project's config, and the run request they make."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Optional
 
 from kevin_agent.errors import UserInputError
 from kevin_agent.loop.settings import RunSettings
+from kevin_agent.runs.request import RunRequest
+from kevin_agent.runs.service import RunService
 
 
 @dataclass
@@ -24,11 +25,9 @@ class SetupValues:
     target_speedup: str = ""
 
 
-def default_values(repo_root: Optional[Path], env: Mapping[str, str] | None = None) -> SetupValues:
+def default_values(service: RunService, repo_root: Optional[Path]) -> SetupValues:
     """Defaults from [tool.kevin] / kevin.toml and the environment (as `kevin optimize` reads them)."""
-    from kevin_agent.config import load_config, resolve_backend_settings
-
-    settings = resolve_backend_settings({}, os.environ if env is None else env, load_config(repo_root))
+    settings = service.backend_settings({}, repo_root)
     defaults = RunSettings()
     return SetupValues(
         backend=settings.backend, endpoint=settings.resolved_base_url, model=settings.model,
@@ -59,23 +58,18 @@ def _speedup(text: str) -> Optional[float]:
     return value
 
 
-def run_settings(values: SetupValues, repo_root: Optional[Path],
-                 env: Mapping[str, str] | None = None, evaluator: Optional[str] = None) -> RunSettings:
-    """The RunSettings the form describes; UserInputError (one line) for a bad field."""
-    from kevin_agent.config import load_config, resolve_backend_settings
-
+def run_request(values: SetupValues, project: Optional[Path], target: Optional[str] = None,
+                evaluator: Optional[str] = None, run_id: Optional[str] = None) -> RunRequest:
+    """The run request the form describes (config and store found from ``project``, a relative
+    script path taken from there); UserInputError (one line) for a bad field."""
     flags = {"backend": values.backend, "base_url": values.endpoint.strip() or None,
              "model": values.model.strip() or None, "script": None}
     if values.script.strip():
         script = Path(values.script.strip()).expanduser()
-        if not script.is_absolute() and repo_root is not None:
-            script = repo_root / script
+        if not script.is_absolute() and project is not None:
+            script = project / script
         flags["script"] = str(script)
-    backend = resolve_backend_settings(flags, os.environ if env is None else env,
-                                       load_config(repo_root))
-    settings = RunSettings(trajectories=_whole(values.trajectories, "trajectories"),
-                           turns=_whole(values.turns, "turns"),
-                           target_speedup=_speedup(values.target_speedup),
-                           backend=backend, evaluator=evaluator)
-    settings.validate()
-    return settings
+    return RunRequest(trajectories=_whole(values.trajectories, "trajectories"),
+                      turns=_whole(values.turns, "turns"),
+                      target_speedup=_speedup(values.target_speedup), backend_flags=flags,
+                      target=target, evaluator=evaluator, config_dir=project, run_id=run_id)

@@ -6,7 +6,7 @@ Every worker runs on the App, so the App's one ``Worker.StateChanged`` handler s
 from __future__ import annotations
 
 import threading
-from typing import Any, Optional
+from typing import Any
 
 from textual import work
 from textual.message_pump import MessagePump
@@ -29,32 +29,11 @@ class WorkersMixin:
         target.post_message(ModulesScanned(scan_modules(self.deps.root, self.deps.repo_root)))
 
     @work(group="run", **WORK)
-    def start_run(self, target: MessagePump, spec: str, settings: Any,
-                  cancel: threading.Event) -> None:
-        """load_task -> backend -> evaluator -> Session.run; events stream to ``target``."""
-        from kevin_agent.loop.session import Session
-        from kevin_agent.task import load_task
-
-        task = load_task(spec)
-        backend = self.deps.backend_factory(settings.backend)
-        evaluator, owned = self._evaluator(settings)
-        run_id: Optional[str] = self.deps.run_ids() if self.deps.run_ids else None
-        try:
-            session = Session(task, settings, backend, evaluator, self.deps.store,
-                              lambda event: target.post_message(RunEventArrived(event)), run_id)
-            record = session.run(cancel)
-        finally:
-            close = getattr(evaluator, "close", None)
-            if owned and callable(close):
-                close()
-        target.post_message(RunFinished(record))
-
-    def _evaluator(self, settings: Any) -> tuple[Any, bool]:
-        if self.deps.evaluator is not None:
-            return self.deps.evaluator, False
-        from kevin_agent.evaluate.evaluator import open_evaluator
-
-        return open_evaluator(settings.evaluator, settings.eval), True
+    def start_run(self, target: MessagePump, request: Any, cancel: threading.Event) -> None:
+        """The run service opens and plays the run; events stream to ``target``."""
+        prepared = self.deps.service.open(request, lambda event: target.post_message(RunEventArrived(event)))
+        outcome = prepared.play(cancel)
+        target.post_message(RunFinished(outcome.record))
 
     @work(group="runs", **WORK)
     def list_runs(self, target: MessagePump) -> None:

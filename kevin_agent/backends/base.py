@@ -1,15 +1,14 @@
-"""The model backend protocol: conversations in, completions out."""
+"""The model backend seam: conversations in, completions out (``Backend``)."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Protocol, Sequence
+from typing import Callable, Optional, Sequence
 
+from kevin_agent.data import Message
 
-@dataclass(frozen=True)
-class Message:
-    role: str  # "system" | "user" | "assistant"
-    content: str
+__all__ = ["Backend", "BackendInfo", "Completion", "Message", "SamplingParams", "TokenCallback"]
 
 
 @dataclass(frozen=True)
@@ -31,20 +30,9 @@ class Completion:
     error: Optional[str] = None  # one line when this request failed for good
 
 
+DEFAULT_CONTEXT_TOKENS = 32768  # when neither the settings nor the server say
 TokenCallback = Callable[[int, int], None]  # (conversation index, tokens so far)
-
-
-class Backend(Protocol):
-    """One call: a batch of conversations, one completion each, same order."""
-
-    name: str
-
-    def complete(
-        self,
-        conversations: Sequence[Sequence[Message]],
-        params: SamplingParams,
-        on_tokens: Optional[TokenCallback] = None,
-    ) -> list[Completion]: ...
+TokenCounter = Callable[[str], int]
 
 
 @dataclass
@@ -52,5 +40,38 @@ class BackendInfo:
     """What the prompt builder needs to know about the model behind a backend."""
 
     model: str = ""
-    context_tokens: int = 32768
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS
     extra: dict[str, str] = field(default_factory=dict)
+
+
+class Backend(ABC):
+    """One call: a batch of conversations, one completion each, same order.
+
+    Every other capability has a default: ``info`` (the model's context), ``token_counter``
+    (None: count with a local tokenizer), ``cancel`` (abort requests in flight) and ``close``.
+    """
+
+    name: str = "backend"
+
+    @abstractmethod
+    def complete(
+        self,
+        conversations: Sequence[Sequence[Message]],
+        params: SamplingParams,
+        on_tokens: Optional[TokenCallback] = None,
+    ) -> list[Completion]:
+        """One completion per conversation; a failed request is ``Completion(error=...)``."""
+
+    def info(self) -> BackendInfo:
+        """The model and its context length."""
+        return BackendInfo()
+
+    def token_counter(self) -> Optional[TokenCounter]:
+        """The model's own token counter, when the backend has one."""
+        return None
+
+    def cancel(self) -> None:
+        """Abort requests in flight (they return errors); nothing to abort by default."""
+
+    def close(self) -> None:
+        """Release connections or engines; nothing to release by default."""

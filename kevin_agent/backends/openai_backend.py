@@ -12,13 +12,12 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, Sequence
 
-from kevin_agent.backends.base import BackendInfo, Completion, Message, SamplingParams, TokenCallback
+from kevin_agent.backends.base import DEFAULT_CONTEXT_TOKENS, Backend, BackendInfo, Completion, Message, SamplingParams, TokenCallback
 from kevin_agent.config import BackendSettings
 
 RETRY_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 MAX_BACKOFF_S = 60.0
 REPORT_EVERY_TOKENS = 16  # streamed progress: report at most every 16 tokens (and at the end)
-DEFAULT_CONTEXT_TOKENS = 32768
 
 
 class _Cancelled(Exception):
@@ -75,7 +74,7 @@ def _reasoning_of(obj: Any) -> str:
     return ""
 
 
-class OpenAIBackend:
+class OpenAIBackend(Backend):
     """Chat completions over HTTP with the ``openai`` SDK."""
 
     name = "openai"

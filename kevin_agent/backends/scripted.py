@@ -19,7 +19,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from kevin_agent.backends.base import BackendInfo, Completion, Message, SamplingParams, TokenCallback
+from kevin_agent.backends.base import Backend, BackendInfo, Completion, Message, SamplingParams, TokenCallback
 from kevin_agent.errors import UserInputError
 from kevin_agent.prompts import attempts_in_prompt
 
@@ -64,7 +64,7 @@ def load_script(path: str | Path) -> list[dict[str, Any]]:
     return _validate(raw, path)
 
 
-class ScriptedBackend:
+class ScriptedBackend(Backend):
     """Replays a script; running out of responses gives Completion(error=...), never raises."""
 
     name = "scripted"

@@ -11,7 +11,7 @@ import importlib.util
 import threading
 from typing import Any, Optional, Sequence
 
-from kevin_agent.backends.base import BackendInfo, Completion, Message, SamplingParams, TokenCallback
+from kevin_agent.backends.base import Backend, BackendInfo, Completion, Message, SamplingParams, TokenCallback
 from kevin_agent.config import BackendSettings
 from kevin_agent.errors import EnvironmentProblem
 
@@ -77,7 +77,7 @@ def check_vllm_available() -> None:
         raise EnvironmentProblem(NO_GPU)
 
 
-class VLLMBackend:
+class VLLMBackend(Backend):
     """``vllm.LLM`` in this process; one batched ``chat`` call per turn."""
 
     name = "vllm"

@@ -49,14 +49,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="continue a stored run (RUN may be 'latest')")
 
 
-def _run_in_thread(session: Any, cancel: threading.Event) -> Any:
-    """Run the session off the main thread so Ctrl-C reaches us; re-raise its exceptions here."""
+# flag attribute -> BackendSettings field
+BACKEND_FLAGS = {"backend": "backend", "base_url": "base_url", "model": "model", "script": "script",
+                 "max_tokens": "max_tokens", "temperature": "temperature"}
+
+
+def run_request(args: argparse.Namespace) -> Any:
+    """The flags as a run service request (settings are resolved by the service)."""
+    from pathlib import Path
+
+    from kevin_agent.runs.request import RunRequest
+
+    flags = {field: getattr(args, attr, None) for attr, field in BACKEND_FLAGS.items()}
+    if flags.get("script"):
+        flags["script"] = str(Path(flags["script"]).expanduser().resolve())
+    return RunRequest(
+        target=args.target, resume=args.resume, trajectories=args.trajectories, turns=args.turns,
+        target_speedup=args.target_speedup, beam_keep=args.beam, beam_every=args.beam_every,
+        backend_flags=flags, evaluator=args.evaluator, gpu_name=args.gpu,
+    )
+
+
+def _play_in_thread(prepared: Any, cancel: threading.Event) -> Any:
+    """Play off the main thread so Ctrl-C reaches us; re-raise its exceptions here."""
     outcome: dict[str, Any] = {}
     finished = threading.Event()  # not Thread.join: an interrupted join can return early
 
     def work() -> None:
         try:
-            outcome["record"] = session.run(cancel)
+            outcome["outcome"] = prepared.play(cancel)
         except BaseException as err:
             outcome["error"] = err
         finally:
@@ -74,32 +95,16 @@ def _run_in_thread(session: Any, cancel: threading.Event) -> Any:
             pass
     if "error" in outcome:
         raise outcome["error"]
-    return outcome["record"]
+    return outcome["outcome"]
 
 
-def run(args: argparse.Namespace) -> int:
+def _report(args: argparse.Namespace, record: Any) -> None:
+    """The table and conclusion (or --json) on stdout; how to resume on stderr."""
     import json
-    from pathlib import Path
 
-    from rich.console import Console
-
-    from kevin_agent.optimize_setup import prepare
-    from kevin_agent.progress import make_progress, print_run_result, stdout_console
+    from kevin_agent.progress import print_run_result, stdout_console
     from kevin_agent.run_table import run_summary_dict
-    from kevin_agent.store import RunStore
 
-    store = RunStore.for_path(Path.cwd())
-    err_console = Console(file=sys.stderr)
-    progress = make_progress(err_console)
-    prepared = prepare(args, store, progress)
-    cancel = threading.Event()
-    try:
-        with progress:
-            record = _run_in_thread(prepared.session, cancel)
-    finally:
-        close = getattr(prepared.evaluator, "close", None)
-        if callable(close):
-            close()
     resume_hint = f"kevin optimize --resume {record.run_id}"
     if args.json:
         summary = run_summary_dict(record)
@@ -109,10 +114,21 @@ def run(args: argparse.Namespace) -> int:
         print_run_result(stdout_console(), record)
     if record.status == "cancelled":
         print(f"kevin optimize: cancelled; resume with: {resume_hint}", file=sys.stderr)
-        return 130
-    if record.status == "failed":
+    elif record.status == "failed":
         print(f"kevin optimize: {record.error} (run {record.run_id} kept; resume with: "
               f"{resume_hint})", file=sys.stderr)
-        failure = prepared.session.failure
-        return getattr(failure, "exit_code", 1) or 1
-    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from kevin_agent.progress import make_progress
+    from kevin_agent.runs.service import RunService
+
+    progress = make_progress(Console(file=sys.stderr))
+    with RunService() as service:
+        prepared = service.open(run_request(args), progress)
+        with progress:
+            outcome = _play_in_thread(prepared, threading.Event())
+        _report(args, outcome.record)
+    return outcome.exit_code

@@ -6,9 +6,10 @@ Tests without a GPU inject a double that implements the same ``Evaluator`` proto
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Protocol, Sequence
+from typing import Callable, Optional, Sequence
 
 from kevin_agent.data import Task, Verdict
 
@@ -32,9 +33,16 @@ class EvalSettings:
     seed: int = 42
 
 
-class Evaluator(Protocol):
-    """Judges candidate sources against a task. Never raises for a bad candidate."""
+class Evaluator(ABC):
+    """Judges candidate sources against a task. Never raises for a bad candidate.
 
+    ``gpu_name`` is the device verdicts are measured on (None until known); ``check_environment``
+    fails fast with a one-line EnvironmentProblem; ``close`` releases worker processes.
+    """
+
+    gpu_name: Optional[str] = None
+
+    @abstractmethod
     def evaluate(
         self,
         task: Task,
@@ -44,5 +52,16 @@ class Evaluator(Protocol):
         on_queue: Optional[QueueCallback] = None,
         cancel: Optional[threading.Event] = None,
     ) -> list[Verdict]:
-        """Static checks, parallel compile, then GPU runs one at a time; one verdict per code."""
-        ...
+        """Static checks, parallel compile, then GPU runs; one verdict per code, in order."""
+
+    def check_environment(self) -> None:
+        """Raise EnvironmentProblem when this machine cannot evaluate; nothing to check by default."""
+
+    def close(self) -> None:
+        """Release worker processes; nothing to release by default."""
+
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

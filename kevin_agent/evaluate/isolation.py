@@ -1,7 +1,7 @@
 """Run each candidate in its own killable GPU worker process.
 
-A ``WorkerPool`` starts ``python -m kevin_agent.evaluate.worker`` (protocol in INTERFACES.md:
-``READY`` on stdout, then one job path on stdin, then a result file) in its own process group,
+A ``WorkerPool`` starts ``python -m kevin_agent.evaluate.worker`` (``evaluate.protocol``:
+``READY`` on stdout, then one job path on stdin, then a reply file) in its own process group,
 with a scratch working directory and an environment without secrets. One spare worker is kept
 started ahead so process start, torch import and CUDA init are hidden; a process never evaluates
 two candidates. A crash, hang or exit without a result becomes a LOAD verdict, never an exception.
@@ -10,7 +10,7 @@ Standard library only.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -19,21 +19,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from kevin_agent.data import Stage, Verdict, VerdictDetails
 from kevin_agent.errors import EnvironmentProblem
-from kevin_agent.evaluate.processes import (  # noqa: F401  (re-exported)
-    crash_reason,
-    crash_verdict,
-    is_secret_name,
-    kill_group,
-    scrubbed_environment,
-    tail_text,
-)
+from kevin_agent.evaluate.processes import crash_reason, crash_verdict, kill_group, scrubbed_environment, tail_text
+from kevin_agent.evaluate.protocol import READY_LINE, WorkerJob, WorkerReply
 
 DEFAULT_WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "kevin_agent.evaluate.worker")
-READY_LINE = "READY"
 _POLL_S = 0.02
 
 @dataclass
@@ -49,6 +42,7 @@ class WorkerResult:
     stderr_tail: str = ""
     startup_s: Optional[float] = None  # spawn -> READY of this process (hidden when it was the spare)
     waited_s: float = 0.0  # how long the caller waited for a ready process (the visible start cost)
+    task_failure: Optional[str] = None  # the reference task itself failed (WorkerReply.task_failure)
 
 
 @dataclass
@@ -197,9 +191,9 @@ class WorkerPool:
         )
 
     # -- the job -----------------------------------------------------------------------------
-    def run(self, job: Mapping[str, Any], cancel: Optional[threading.Event] = None,
+    def run(self, job: WorkerJob, cancel: Optional[threading.Event] = None,
             start_next: bool = True) -> WorkerResult:
-        """Evaluate one job (INTERFACES.md worker job, without ``result_path``) in a fresh process.
+        """Evaluate one job in a fresh process (its result and scratch paths are set here).
 
         With ``start_next`` the next spare starts as soon as this job is handed over (leave it off
         for the last job of a batch, so no process starts up beside the timing). Raises ``EnvironmentProblem`` only when the worker cannot start twice in a row.
@@ -230,12 +224,12 @@ class WorkerPool:
                 self._running = None
             self._discard(worker)
 
-    def _run_on(self, worker: _Worker, job: Mapping[str, Any], cancel: Optional[threading.Event],
+    def _run_on(self, worker: _Worker, job: WorkerJob, cancel: Optional[threading.Event],
                 waited_s: float, start_next: bool) -> WorkerResult:
         result_path = worker.scratch / "result.json"
         job_path = worker.scratch / "job.json"
-        job_path.write_text(json.dumps({"scratch_dir": str(worker.scratch / "work"), **job,
-                                        "result_path": str(result_path)}))
+        job = dataclasses.replace(job, result_path=result_path, scratch_dir=worker.scratch / "work")
+        job_path.write_text(job.to_json())
         with self._lock:
             self._running = worker
         handed = time.monotonic()
@@ -264,10 +258,14 @@ class WorkerPool:
         stderr_tail = tail_text(worker.stderr_path)
         if cancelled:
             return _cancelled_result(worker.pid, seconds)
-        verdict = None if timed_out else _read_verdict(result_path)
-        if verdict is not None:
-            return WorkerResult(verdict, worker.pid, seconds, returncode, False, stderr_tail=stderr_tail,
-                                waited_s=waited_s)
+        reply = None if timed_out else WorkerReply.read(result_path)
+        if reply is not None and reply.verdict is not None:
+            return WorkerResult(reply.verdict, worker.pid, seconds, returncode, False,
+                                stderr_tail=stderr_tail, waited_s=waited_s)
+        if reply is not None:  # the reference task itself failed: the user's problem, not a crash
+            return WorkerResult(crash_verdict("the reference task failed", reply.task_failure_detail),
+                                worker.pid, seconds, returncode, True, stderr_tail=stderr_tail,
+                                waited_s=waited_s, task_failure=reply.task_failure)
         reason = crash_reason(returncode, timed_out, self.run_timeout_s, result_path.exists())
         return WorkerResult(crash_verdict(reason, stderr_tail), worker.pid, seconds, returncode, True,
                             stderr_tail=stderr_tail, waited_s=waited_s)
@@ -301,11 +299,3 @@ def _cancelled_result(pid: int, seconds: float = 0.0) -> WorkerResult:
     verdict = Verdict(Stage.LOAD, False, "The evaluation was cancelled before this answer was run.",
                       VerdictDetails(error="cancelled"))
     return WorkerResult(verdict, pid, seconds, None, True, cancelled=True)
-
-
-def _read_verdict(path: Path) -> Optional[Verdict]:
-    try:
-        raw = json.loads(path.read_text())
-        return Verdict.from_dict(raw["verdict"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None

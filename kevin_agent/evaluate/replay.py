@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from kevin_agent import feedback
-from kevin_agent.data import Stage, Task, Verdict, VerdictDetails
+from kevin_agent.data import REPLAY_GPU_NAME, Stage, Task, Verdict, VerdictDetails
 from kevin_agent.errors import UserInputError
-from kevin_agent.evaluate.api import QueueCallback, VerdictCallback
-
-REPLAY_GPU = "replay"
+from kevin_agent.evaluate.api import Evaluator, QueueCallback, VerdictCallback
+from kevin_agent.evaluate.verdicts import cancelled_verdict, static_verdict
 
 
 def _parse_verdict(raw: Any, where: str) -> Verdict:
@@ -31,10 +30,10 @@ def _parse_verdict(raw: Any, where: str) -> Verdict:
         raise UserInputError(f"replay file: bad verdict at {where}: {err}") from None
 
 
-class ReplayEvaluator:
-    """Implements ``evaluate.api.Evaluator`` from a file of recorded verdicts."""
+class ReplayEvaluator(Evaluator):
+    """An ``Evaluator`` serving a file of recorded verdicts."""
 
-    gpu_name = REPLAY_GPU
+    gpu_name = REPLAY_GPU_NAME
 
     def __init__(self, path: str | Path, *, delay_s: Optional[float] = None) -> None:
         self.path = Path(path)
@@ -66,7 +65,7 @@ class ReplayEvaluator:
                 VerdictDetails(error="no replay verdict"),
             )
         verdict = copy.deepcopy(chosen)
-        verdict.details.gpu_name = REPLAY_GPU
+        verdict.details.gpu_name = REPLAY_GPU_NAME
         return verdict
 
     def evaluate(
@@ -79,8 +78,6 @@ class ReplayEvaluator:
         cancel: Optional[threading.Event] = None,
     ) -> list[Verdict]:
         """Static checks, then recorded verdicts one at a time; cancel honoured between them."""
-        from kevin_agent.evaluate.evaluator import cancelled_verdict, static_verdict
-
         verdicts: list[Verdict] = []
         pending = len(codes)
         if on_queue is not None:
@@ -97,7 +94,7 @@ class ReplayEvaluator:
                 if self.delay_s > 0 and cancel is None:
                     threading.Event().wait(self.delay_s)
                 verdict = self.pick(code)
-            verdict.details.gpu_name = REPLAY_GPU
+            verdict.details.gpu_name = REPLAY_GPU_NAME
             verdicts.append(verdict)
             if on_verdict is not None:
                 on_verdict(index, verdict)
@@ -105,6 +102,3 @@ class ReplayEvaluator:
             if on_queue is not None:
                 on_queue(0, pending)
         return verdicts
-
-    def close(self) -> None:
-        """Nothing to release (same surface as CudaEvaluator)."""

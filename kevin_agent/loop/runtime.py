@@ -6,11 +6,12 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Optional, Sequence
 
-from kevin_agent.backends.base import Backend, Completion, Message, SamplingParams, TokenCallback
+from kevin_agent.backends.base import Backend, Completion, SamplingParams, TokenCallback
+from kevin_agent.data import REPLAY_GPU_NAME, Message
 from kevin_agent.errors import KevinError
-from kevin_agent.run_table import REPLAY_GPU_NAME  # the evaluator double: names no device
+from kevin_agent.evaluate.api import Evaluator
+from kevin_agent.loop.settings import RunSettings
 
-DEFAULT_CONTEXT_TOKENS = 32768
 MIN_PROMPT_BUDGET = 4096
 
 
@@ -45,7 +46,7 @@ def complete_cancellable(
     threading.Thread(target=call, name="kevin-backend", daemon=True).start()
     while not finished.wait(poll_s):
         if cancel.is_set():
-            _abort(backend)
+            backend.cancel()
             return None
     if cancel.is_set():
         return None
@@ -55,46 +56,32 @@ def complete_cancellable(
     if error is not None:
         first_line = (str(error).strip().splitlines() or [""])[0]
         raise StepFailed(KevinError(
-            f"the {getattr(backend, 'name', 'model')} backend failed: "
+            f"the {backend.name} backend failed: "
             f"{type(error).__name__}: {first_line}"))
     return list(outcome["completions"])
 
 
-def _abort(backend: Backend) -> None:
-    """Ask a backend that supports it (``cancel()``) to stop its requests in flight."""
-    abort = getattr(backend, "cancel", None)
-    if callable(abort):
-        abort()
-
-
-def context_budget(backend: Backend, settings: Any) -> int:
+def context_budget(backend: Backend, settings: RunSettings) -> int:
     """Prompt tokens available: the model's context minus the tokens reserved for the reply."""
-    context = getattr(settings.backend, "max_model_len", None)
-    if not context:
-        info = getattr(backend, "info", None)
-        if callable(info):
-            info = info()
-        context = getattr(info, "context_tokens", None) or DEFAULT_CONTEXT_TOKENS
+    context = settings.backend.max_model_len or backend.info().context_tokens
     return max(int(context) - int(settings.backend.max_tokens), MIN_PROMPT_BUDGET)
 
 
-def token_counter(backend: Backend, settings: Any) -> Callable[[str], int]:
-    """The backend's tokenizer when it offers one (``count_tokens``), else the model's local
-    tokenizer, else a conservative estimate (tokens.make_token_counter never downloads)."""
-    counter = getattr(backend, "count_tokens", None)
-    if callable(counter):
+def token_counter(backend: Backend, settings: RunSettings) -> Callable[[str], int]:
+    """The backend's tokenizer when it offers one, else the model's local tokenizer, else a
+    conservative estimate (tokens.make_token_counter never downloads)."""
+    counter = backend.token_counter()
+    if counter is not None:
         return counter
     from kevin_agent.tokens import make_token_counter
 
     return make_token_counter(settings.backend.model)
 
 
-def target_gpu_name(evaluator: Any, settings: Any) -> str:
+def target_gpu_name(evaluator: Evaluator, settings: RunSettings) -> str:
     """The GPU named in prompts: the run's setting, else the evaluator's device (not a replay),
-    else the local device, else the backend's ``target_gpu`` setting, else a generic name."""
+    else the backend's ``target_gpu`` setting, else a generic name."""
     from kevin_agent.prompts import target_gpu_name as prompt_gpu_name
 
-    device = getattr(evaluator, "gpu_name", None)
-    if not isinstance(device, str) or device == REPLAY_GPU_NAME:
-        device = None
-    return prompt_gpu_name(settings.gpu_name or device, getattr(settings.backend, "target_gpu", None))
+    device = evaluator.gpu_name if evaluator.gpu_name != REPLAY_GPU_NAME else None
+    return prompt_gpu_name(settings.gpu_name or device, settings.backend.target_gpu)

@@ -44,7 +44,7 @@ from kevin_agent.loop.runtime import (
 from kevin_agent.loop.settings import RunSettings
 from kevin_agent.store import RunStore
 
-__all__ = ["RunSettings", "Session", "resume", "new_run_id"]
+__all__ = ["RunSettings", "Session", "new_run_id"]
 
 
 def new_run_id() -> str:
@@ -75,6 +75,17 @@ class Session:
         self.failure: Optional[KevinError] = None  # why the run failed, when it did
         self._resuming: Optional[ResumePoint] = None
         self._lock = threading.Lock()
+
+    @classmethod
+    def resumed(cls, record: RunRecord, settings: RunSettings, backend: Backend, evaluator: Evaluator,
+                store: RunStore, events: EventSink = ignore_events) -> Session:
+        """A session continuing a stored run: finished turns kept, the interrupted turn redone
+        (its stored candidates are evaluated again only when they have no verdict yet)."""
+        if record.status == "done":
+            raise UserInputError(f"run {record.run_id} is already done; `kevin show {record.run_id}`")
+        session = cls(record.task, settings, backend, evaluator, store, events, record.run_id)
+        session._resuming = resume_point(record, settings)
+        return session
 
     # -- public --------------------------------------------------------------------------------
 
@@ -277,20 +288,3 @@ class Session:
             self.events(TokensGenerated(self.run_id, turn, snapshot))
 
         return on_tokens
-
-
-def resume(
-    run_id: str,
-    store: RunStore,
-    backend: Backend,
-    evaluator: Evaluator,
-    events: EventSink = ignore_events,
-) -> Session:
-    """A Session that continues a stored run: finished turns kept, the interrupted turn redone."""
-    record = store.load_run(run_id)
-    if record.status == "done":
-        raise UserInputError(f"run {record.run_id} is already done; `kevin show {record.run_id}`")
-    settings = RunSettings.from_dict(record.settings)
-    session = Session(record.task, settings, backend, evaluator, store, events, record.run_id)
-    session._resuming = resume_point(record, settings)
-    return session

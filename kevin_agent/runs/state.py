@@ -22,6 +22,7 @@ from kevin_agent.events import (
     TurnStarted,
     VerdictReady,
 )
+from kevin_agent.run_record import RunRecord
 
 ACTIVE_STATUSES = ("starting", "running")
 
@@ -61,6 +62,23 @@ class RunView:
     @property
     def active(self) -> bool:
         return self.status in ACTIVE_STATUSES
+
+    @classmethod
+    def from_record(cls, record: RunRecord) -> RunView:
+        """The view of a stored run, as if its events had been applied."""
+        view = cls(class_name=record.task.class_name, run_id=record.run_id, status=record.status,
+                   trajectories=int(record.settings.get("trajectories") or 0),
+                   turns=int(record.settings.get("turns") or 0), message=record.error or "")
+        for candidate, verdict in record.candidates:
+            view.rows[candidate.id] = (candidate, verdict)
+            view.turn = max(view.turn, candidate.turn)
+            view.turns = max(view.turns, candidate.turn + 1)
+            view.tokens_by_turn[candidate.turn] = view.tokens_by_turn.get(candidate.turn, 0) + candidate.tokens
+            view.evaluated += verdict is not None
+        best = record.best()
+        if best is not None:
+            view.best, view.best_speedup = (best[0], best[1]), best[1].speedup
+        return view
 
     def apply(self, event: Event) -> None:
         """Fold one event in."""

@@ -44,10 +44,9 @@ def log_record(record: dict[str, Any]) -> None:
 def run_job(pool: Any, cache_dir: Path, task: str, candidate: str, label: str, **settings: Any) -> Any:
     """One job in a fresh worker; returns isolation.WorkerResult (verdict, returncode, stderr)."""
     from kevin_agent.evaluate.api import EvalSettings
-    from kevin_agent.evaluate.evaluator import worker_settings
+    from kevin_agent.evaluate.protocol import WorkerJob
 
-    job = {"task_source": task, "candidate_source": candidate,
-           "settings": worker_settings(EvalSettings(**settings)), "cache_dir": str(cache_dir)}
+    job = WorkerJob(task, candidate, Path("unset"), EvalSettings(**settings), cache_dir=Path(cache_dir))
     result = pool.run(job)
     log_record({"event": "verdict", "label": label, "seconds": round(result.seconds, 2),
                 "returncode": result.returncode, "crashed": result.crashed,

@@ -44,7 +44,7 @@ async def test_optimize_progress_logs_question_accept_commit(launch, tmp_path, r
     (reports,) = client.progress_reports.values()
     assert isinstance(reports[0], types.WorkDoneProgressBegin) and reports[0].cancellable
     assert isinstance(reports[-1], types.WorkDoneProgressEnd)
-    assert any("turn 2/2" in (r.message or "") for r in reports[1:-1])
+    assert any("turn 1 (0-1)" in (r.message or "") for r in reports[1:-1])  # 0-based, like t0.1
 
     # the commit: exactly the kernel files, numbers in the message, the user's file untouched
     head = git(repo, "log", "-1", "--format=%B")

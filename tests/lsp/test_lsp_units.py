@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from kevin_agent.data import Task
-from kevin_agent.events import RunDone
+from kevin_agent.events import RunDone, VerdictReady
 from kevin_agent.lsp.commands import CommandFailed
 from kevin_agent.lsp.runs import RunManager, RunState
 from kevin_agent.lsp.server import create_server
@@ -25,18 +25,18 @@ def test_a_queued_run_cancelled_before_its_turn_never_plays():
     release, playing = threading.Event(), threading.Event()
     played: list[str] = []
 
-    class Session:
+    class Prepared:
         def __init__(self, state, events) -> None:
             self.run_id, self.state, self.events = f"run-{state.uri}", state, events
 
-        def run(self, cancel) -> None:
+        def play(self, cancel) -> None:
             played.append(self.state.uri)
             playing.set()
             release.wait(10)
             self.events(RunDone(self.run_id, None, None, cancelled=cancel.is_set()))
 
     listener = _Recorder()
-    runs = RunManager(Session, listener)
+    runs = RunManager(Prepared, listener)
     first = runs.submit(RunState("a", "Model", TASK, 1, 1))
     assert playing.wait(10)
     second = runs.submit(RunState("b", "Model", TASK, 1, 1))
@@ -65,8 +65,10 @@ def _finished(speedup_vs_eager: float, speedup_vs_compile: float | None) -> RunS
 
     details = VerdictDetails(speedup_vs_eager=speedup_vs_eager, speedup_vs_compile=speedup_vs_compile,
                              gpu_name="NVIDIA H200")
-    state = RunState("a", "Block", TASK, 1, 1, status="done", best_speedup=speedup_vs_eager)
-    state.best = (Candidate(0, 0, id="t0.0"), Verdict(Stage.TIMING, True, "ok", details))
+    state = RunState("a", "Block", TASK, 1, 1, status="done")
+    best = (Candidate(0, 0, id="t0.0"), Verdict(Stage.TIMING, True, "ok", details))
+    state.view.apply(VerdictReady("run", *best))
+    state.view.apply(RunDone("run", *best))
     return state
 
 

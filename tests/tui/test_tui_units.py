@@ -7,7 +7,8 @@ import pytest
 from kevin_agent.cli import main
 from kevin_agent.errors import UserInputError
 from kevin_agent.tui.discovery import scan_modules
-from kevin_agent.tui.run_setup import SetupValues, default_values, run_settings
+from kevin_agent.runs.service import RunService
+from kevin_agent.tui.run_setup import SetupValues, default_values, run_request
 from kevin_agent.tui.widgets import best_so_far
 from tui_support import NO_INPUTS
 
@@ -30,12 +31,13 @@ def test_scan_skips_environments_and_broken_files(tmp_path):
 def test_setup_defaults_come_from_the_project_config(tmp_path):
     (tmp_path / "kevin.toml").write_text('backend = "openai"\nbase_url = "http://gpu-box:9000/v1"\n'
                                          'model = "my/kevin"\n')
-    values = default_values(tmp_path, env={})
+    service = RunService(environ={})
+    values = default_values(service, tmp_path)
     assert (values.backend, values.endpoint, values.model) == ("openai", "http://gpu-box:9000/v1",
                                                                "my/kevin")
-    settings = run_settings(SetupValues(backend="openai", endpoint=values.endpoint, model="m2",
-                                        trajectories="3", turns="2", target_speedup="1.5"),
-                            tmp_path, env={})
+    request = run_request(SetupValues(backend="openai", endpoint=values.endpoint, model="m2",
+                                      trajectories="3", turns="2", target_speedup="1.5"), tmp_path)
+    settings = service.new_settings(request)
     assert (settings.trajectories, settings.turns, settings.target_speedup) == (3, 2, 1.5)
     assert settings.backend.base_url == "http://gpu-box:9000/v1" and settings.backend.model == "m2"
 
@@ -48,7 +50,7 @@ def test_setup_rejects_bad_fields_with_one_line(tmp_path, field, value, message)
     values = SetupValues(backend="openai")
     setattr(values, field, value)
     with pytest.raises(UserInputError, match=message):
-        run_settings(values, tmp_path, env={})
+        RunService(environ={}).new_settings(run_request(values, tmp_path))
 
 
 def test_best_so_far_is_a_running_maximum_per_trajectory():

@@ -11,8 +11,10 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from kevin_agent.data import Candidate, Verdict
-from kevin_agent.events import (CandidateGenerated, QueueChanged, RunDone, RunFailed, RunStarted,
-                                TokensGenerated, TurnStarted, VerdictReady)
+from kevin_agent.events import CandidateGenerated, RunFailed, VerdictReady
+from kevin_agent.run_record import RunRecord
+from kevin_agent.runs.request import RunRequest
+from kevin_agent.runs.state import RunView
 from kevin_agent.tui.formatting import ROW_COLUMNS, ROW_WIDTHS, row_cells
 from kevin_agent.tui.messages import RunEventArrived, RunFinished
 from kevin_agent.tui.widgets import RunProgress, SpeedupPlot
@@ -31,19 +33,28 @@ class RunScreen(Screen):
         Binding("escape", "back", "Back"),
     ]
 
-    def __init__(self, *, entry: Any = None, settings: Any = None, record: Any = None) -> None:
+    def __init__(self, *, entry: Any = None, request: Optional[RunRequest] = None,
+                 record: Optional[RunRecord] = None) -> None:
         super().__init__(id="run")
-        self.entry, self.settings = entry, settings
-        self.rows: dict[str, tuple[Candidate, Optional[Verdict]]] = {}
-        self.run_id: str = record.run_id if record is not None else ""
-        self.status = "starting" if record is None else record.status
-        self.turns = settings.turns if settings is not None else int(
-            (record.settings or {}).get("turns", 1))
-        self.turn = 0
-        self.tokens_by_turn: dict[int, int] = {}
-        self.queue = (0, 0)
+        self.entry, self.request = entry, request
+        self.view = RunView.from_record(record) if record is not None else RunView(
+            turns=request.turns if request is not None else 1)
+        self.shown: set[str] = set()  # candidate ids with a table row
+        self.cancelling = False
         self.cancel_event = threading.Event()
         self._record = record
+
+    @property
+    def run_id(self) -> str:
+        return self.view.run_id
+
+    @property
+    def status(self) -> str:
+        return "cancelling" if self.cancelling and self.view.active else self.view.status
+
+    @property
+    def rows(self) -> dict[str, tuple[Candidate, Optional[Verdict]]]:
+        return self.view.rows
 
     # -- layout --------------------------------------------------------------------------------
 
@@ -52,7 +63,7 @@ class RunScreen(Screen):
         yield RunProgress(id="progress")
         yield DataTable(id="candidates", cursor_type="row", zebra_stripes=True)
         yield Static("", id="conclusion")
-        yield SpeedupPlot(self.turns, id="plot")
+        yield SpeedupPlot(max(self.view.turns, 1), id="plot")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -62,10 +73,7 @@ class RunScreen(Screen):
         if self._record is not None:
             self.load_record(self._record)
         else:
-            name = self.entry.module.name if self.entry is not None else ""
-            self.sub_title = f"{name} · starting"
-            self.app.start_run(self, self.entry.spec, self.settings,  # type: ignore[attr-defined]
-                               self.cancel_event)
+            self.app.start_run(self, self.request, self.cancel_event)  # type: ignore[attr-defined]
         self._refresh_progress()
         table.focus()
 
@@ -92,42 +100,36 @@ class RunScreen(Screen):
         keys = list(self.rows)
         return self.rows[keys[min(max(table.cursor_row, 0), len(keys) - 1)]]
 
-    def _set_row(self, candidate: Candidate, verdict: Optional[Verdict]) -> None:
+    def _show_row(self, candidate: Candidate, verdict: Optional[Verdict]) -> None:
         table = self.query_one("#candidates", DataTable)
         cells = row_cells(candidate, verdict)
-        if candidate.id in self.rows:
+        if candidate.id in self.shown:
             for column, value in zip(self.columns, cells):
                 table.update_cell(candidate.id, column, value)
         else:
             table.add_row(*cells, key=candidate.id)
-        self.rows[candidate.id] = (candidate, verdict)
+            self.shown.add(candidate.id)
         if verdict is not None:
             speedup = verdict.speedup if verdict.counts_as_best else 0.0
             self.query_one(SpeedupPlot).set_point(candidate.trajectory, candidate.turn, speedup)
         self.refresh_bindings()
 
     def _refresh_progress(self) -> None:
-        tokens = sum(self.tokens_by_turn.values())
-        self.query_one(RunProgress).show(self.status, self.turn, self.turns, tokens, *self.queue)
-        name = self.entry.module.name if self.entry is not None else ""
-        if self._record is not None:
-            name = self._record.task.class_name
-        self.sub_title = " · ".join(p for p in (name, self.run_id, self.status) if p)
+        v = self.view
+        tokens = sum(v.tokens_by_turn.values())
+        self.query_one(RunProgress).show(self.status, v.turn, max(v.turns, 1), tokens, v.compiling, v.timing)
+        name = v.class_name or (self.entry.module.name if self.entry is not None else "")
+        self.sub_title = " · ".join(p for p in (name, v.run_id, self.status) if p)
 
-    def load_record(self, record: Any) -> None:
+    def load_record(self, record: RunRecord) -> None:
         """Show a stored run (past run, or the live run once it returned)."""
         self._record = record
-        self.run_id, self.status = record.run_id, record.status
-        self.turns = max(self.turns, 1 + max((c.turn for c, _ in record.candidates), default=0))
-        self.query_one(SpeedupPlot).turns = self.turns
+        live_tokens = self.view.tokens_by_turn
+        self.view = RunView.from_record(record)
+        self.view.tokens_by_turn = live_tokens or self.view.tokens_by_turn
+        self.query_one(SpeedupPlot).turns = max(self.view.turns, 1)
         for candidate, verdict in record.candidates:
-            self._set_row(candidate, verdict)
-            self.turn = max(self.turn, candidate.turn)
-        if not self.tokens_by_turn:
-            for candidate, _ in record.candidates:
-                self.tokens_by_turn[candidate.turn] = (self.tokens_by_turn.get(candidate.turn, 0)
-                                                       + candidate.tokens)
-        self.queue = (0, 0)
+            self._show_row(candidate, verdict)
         from kevin_agent.run_table import conclude
 
         text = conclude(record).text
@@ -139,7 +141,7 @@ class RunScreen(Screen):
 
     def mark_failed(self, message: str) -> None:
         """The run could not start or crashed outside the session (the app notified already)."""
-        self.status = "failed"
+        self.view.apply(RunFailed(self.view.run_id, message))
         self.query_one("#conclusion", Static).update(f"Run failed: {message}")
         self._refresh_progress()
         self.refresh_bindings()
@@ -149,22 +151,11 @@ class RunScreen(Screen):
     def on_run_event_arrived(self, message: RunEventArrived) -> None:
         message.stop()
         event = message.event
-        if isinstance(event, RunStarted):
-            self.run_id, self.status = event.run_id, "running"
-        elif isinstance(event, TurnStarted):
-            self.turn = event.turn
-        elif isinstance(event, TokensGenerated):
-            self.tokens_by_turn[event.turn] = sum(event.tokens_by_trajectory.values())
-        elif isinstance(event, CandidateGenerated):
-            self._set_row(event.candidate, self.rows.get(event.candidate.id, (None, None))[1])
-        elif isinstance(event, QueueChanged):
-            self.queue = (event.compiling, event.timing)
-        elif isinstance(event, VerdictReady):
-            self._set_row(event.candidate, event.verdict)
+        self.view.apply(event)
+        if isinstance(event, (CandidateGenerated, VerdictReady)):
+            self._show_row(*self.view.rows[event.candidate.id])
         elif isinstance(event, RunFailed):
             self.notify(event.message, title="Run failed", severity="error", timeout=10)
-        elif isinstance(event, RunDone) and self.status != "cancelling":
-            self.status = "cancelled" if event.cancelled else "done"
         self._refresh_progress()
 
     def on_run_finished(self, message: RunFinished) -> None:
@@ -179,7 +170,7 @@ class RunScreen(Screen):
     def action_cancel_run(self) -> None:
         if self.running:
             self.cancel_event.set()
-            self.status = "cancelling"
+            self.cancelling = True
             self._refresh_progress()
             self.refresh_bindings()
 

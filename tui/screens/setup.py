@@ -12,7 +12,7 @@ from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
 from kevin_agent.config import BACKEND_NAMES
 from kevin_agent.errors import KevinError
 from kevin_agent.tui.discovery import ModuleEntry
-from kevin_agent.tui.run_setup import SetupValues, run_settings
+from kevin_agent.tui.run_setup import SetupValues, run_request
 
 TEXT_FIELDS = (  # (field of SetupValues, label, placeholder)
     ("endpoint", "Endpoint", "http://localhost:8000/v1"),
@@ -81,15 +81,16 @@ class SetupScreen(Screen):
     def action_start(self) -> None:
         app = self.app
         try:
-            settings = run_settings(self.values(), app.repo_root,  # type: ignore[attr-defined]
-                                    env=app.deps.env,  # type: ignore[attr-defined]
-                                    evaluator=app.evaluator_spec)  # type: ignore[attr-defined]
+            deps = app.deps  # type: ignore[attr-defined]
+            request = run_request(self.values(), deps.repo_root or deps.root, target=self.entry.spec,
+                                  evaluator=deps.evaluator_spec, run_id=app.next_run_id())  # type: ignore[attr-defined]
+            deps.service.new_settings(request)  # bad input is said here, before the run screen
         except KevinError as err:
             self.notify(str(err), title="Cannot start", severity="error")
             return
         from kevin_agent.tui.screens.run import RunScreen
 
-        app.switch_screen(RunScreen(entry=self.entry, settings=settings))
+        app.switch_screen(RunScreen(entry=self.entry, request=request))
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -47,6 +47,7 @@ class BuildResult:
     pch_seconds: float = 0.0  # one-time precompiled-header cost paid by this build
     split_note: str = ""  # why the split path was not used, when it was not
     key: str = ""
+    timed_out: bool = False  # stopped at the time limit: not a property of the sources, not cached
 
 
 class BuildCache:
@@ -74,9 +75,6 @@ class BuildCache:
         payload["split"] = self.split
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
-    def entry_dir(self, spec: ExtensionSpec) -> Path:
-        return self.root / "ext" / self.key(spec)
-
     def build(self, spec: ExtensionSpec) -> BuildResult:
         """Build (or find) the extension; failures are results, never exceptions."""
         start = time.monotonic()
@@ -94,7 +92,7 @@ class BuildCache:
             result.seconds = time.monotonic() - start
             final_result = _relocate(result, tmp, final)
             (tmp / "result.json").write_text(json.dumps(asdict(final_result)))
-            if "did not finish within" in (result.errors or ""):
+            if result.timed_out:
                 return result  # a timeout is not a property of the sources: do not cache it
             final.parent.mkdir(parents=True, exist_ok=True)
             os.rename(tmp, final)
@@ -136,11 +134,12 @@ class BuildCache:
             (work / name).write_text(content)
         target = f"{module}.so"
         write_ninja(work, self.toolchain, layout.steps, target, self.toolchain.ldflags(()))
-        ok, output = run_ninja(work, self.ninja_jobs, self.timeout_s, log_path)
+        ran = run_ninja(work, self.ninja_jobs, self.timeout_s, log_path)
         return BuildResult(
-            ok=ok, seconds=0.0, cache_hit=False, log_path=str(log_path),
-            errors=None if ok else trim_errors(output), path=layout.path,
-            module_path=str(work / target) if ok else None, split_note=layout.note,
+            ok=ran.ok, seconds=0.0, cache_hit=False, log_path=str(log_path),
+            errors=None if ran.ok else trim_errors(ran.output), path=layout.path,
+            module_path=str(work / target) if ran.ok else None, split_note=layout.note,
+            timed_out=ran.timed_out,
         )
 
 

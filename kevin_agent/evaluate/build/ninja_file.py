@@ -70,18 +70,20 @@ def write_ninja(directory: Path, tc: Toolchain, steps: list[Step], target: str, 
     return path
 
 
-def run_ninja(directory: Path, jobs: int, timeout_s: float, log_path: Path) -> tuple[bool, str]:
-    """Run ninja in ``directory``; (ok, output). A timeout kills the whole process group."""
+def run_ninja(directory: Path, jobs: int, timeout_s: float, log_path: Path) -> NinjaRun:
+    """Run ninja in ``directory``. A timeout kills the whole process group."""
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
     proc = subprocess.Popen(
         [ninja_binary(), "-C", str(directory), "-j", str(max(1, jobs))],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=env,
         start_new_session=True,
     )
+    timed_out = False
     try:
         output, _ = proc.communicate(timeout=timeout_s)
         ok = proc.returncode == 0
     except subprocess.TimeoutExpired:
+        timed_out = True
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:  # it finished just now
@@ -91,7 +93,16 @@ def run_ninja(directory: Path, jobs: int, timeout_s: float, log_path: Path) -> t
         ok = False
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(output)
-    return ok, output
+    return NinjaRun(ok, output, timed_out)
+
+
+@dataclass(frozen=True)
+class NinjaRun:
+    """How one ninja build went: its output, and whether it was stopped at the time limit."""
+
+    ok: bool
+    output: str
+    timed_out: bool = False
 
 
 @dataclass(frozen=True)

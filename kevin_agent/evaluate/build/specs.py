@@ -9,7 +9,6 @@ its environment, time-limited, killable) with load_inline replaced by a recorder
 from __future__ import annotations
 
 import ast
-import json
 import os
 import subprocess
 import sys
@@ -18,9 +17,7 @@ from typing import Any
 
 from kevin_agent.evaluate.source.calls import SPEC_FIELDS, ExtensionSpec, is_load_inline_call, spec_from_call
 from kevin_agent.evaluate.processes import kill_group, scrubbed_environment
-
-RECORD_MARKER = "KEVIN_LOAD_INLINE_SPECS:"
-
+from kevin_agent.evaluate.protocol import RecordReply
 
 class NotStatic(Exception):
     """An argument could not be evaluated without running the candidate."""
@@ -195,17 +192,15 @@ def record_in_child(code: str, timeout_s: float = 120.0) -> list[ExtensionSpec]:
             ) from exc
         finally:
             kill_group(proc)  # nothing the candidate started outlives the recording
-    for line in stdout.splitlines():
-        if line.startswith(RECORD_MARKER):
-            try:
-                payload = json.loads(line[len(RECORD_MARKER):])
-                specs = [ExtensionSpec.from_dict(raw) for raw in payload["specs"]]
-            except (ValueError, KeyError, TypeError):
-                continue  # not our recorder's line (the candidate printed the marker itself)
-            if specs:
-                return specs
-            if payload.get("error"):
-                raise SourceExtractionError(f"running the module's top level raised: {payload['error']}")
+    for reply in RecordReply.from_output(stdout):
+        try:
+            specs = [ExtensionSpec.from_dict(raw) for raw in reply.specs]
+        except (ValueError, KeyError, TypeError):
+            continue  # not our recorder's line (the candidate printed the marker itself)
+        if specs:
+            return specs
+        if reply.error:
+            raise SourceExtractionError(f"running the module's top level raised: {reply.error}")
     if proc.returncode != 0 and not stdout.strip():
         tail = stderr.strip().splitlines()[-1:] or ["(no output)"]
         raise SourceExtractionError(f"running the module's top level failed: {tail[0]}")

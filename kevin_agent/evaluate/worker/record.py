@@ -7,13 +7,12 @@
 
 from __future__ import annotations
 
-import json
 import runpy
 import sys
 import types
 from typing import Any
 
-from kevin_agent.evaluate.build.specs import RECORD_MARKER
+from kevin_agent.evaluate.protocol import RecordReply
 from kevin_agent.evaluate.source.calls import spec_from_call
 
 
@@ -42,7 +41,7 @@ def main(path: str) -> int:
         runpy.run_path(path, run_name="kevin_candidate")
     except BaseException as exc:  # the candidate's own failure is reported, not raised
         error = f"{type(exc).__name__}: {exc}"[:500]
-    sys.stdout.write(RECORD_MARKER + json.dumps({"specs": specs, "error": error}) + "\n")
+    sys.stdout.write(RecordReply(specs, error).line() + "\n")
     sys.stdout.flush()
     return 0
 

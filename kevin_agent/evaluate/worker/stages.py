@@ -15,6 +15,7 @@ from typing import Any
 from kevin_agent import feedback
 from kevin_agent.data import Stage, Verdict, VerdictDetails
 from kevin_agent.evaluate.api import EvalSettings
+from kevin_agent.evaluate.protocol import WorkerJob
 from kevin_agent.evaluate.worker.loader import describe_exception, install_build_hook, load_module_from_file
 from kevin_agent.evaluate.worker.correctness import CorrectnessHarness, run_correctness, to_device
 from kevin_agent.evaluate.worker.guards import CapturedReferences, find_patched, patched_message, poison_free_memory, snapshot
@@ -28,16 +29,6 @@ TIMING_SEED_OFFSET = 10_000
 
 class TaskProblem(Exception):
     """The reference task itself fails (not the candidate's fault)."""
-
-
-@dataclass
-class Job:
-    task_source: str
-    candidate_source: str
-    settings: EvalSettings
-    cache_dir: Path
-    result_path: Path
-    scratch_dir: Path | None = None
 
 
 @dataclass
@@ -78,22 +69,24 @@ def environment_details(device: Any) -> VerdictDetails:
     )
 
 
-def evaluate_job(job: Job, captured: CapturedReferences, device: Any, stream: Any) -> Verdict:
+def evaluate_job(job: WorkerJob, cache_dir: Path, captured: CapturedReferences, device: Any,
+                 stream: Any) -> Verdict:
     """All stages for one job. Raises TaskProblem when the reference itself fails."""
     scratch = Path(job.scratch_dir or tempfile.mkdtemp(prefix="kevin-worker-"))
     try:
-        return _evaluate_in(job, scratch, captured, device, stream)
+        return _evaluate_in(job, cache_dir, scratch, captured, device, stream)
     finally:
         if job.scratch_dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _evaluate_in(job: Job, scratch: Path, captured: CapturedReferences, device: Any, stream: Any) -> Verdict:
+def _evaluate_in(job: WorkerJob, cache_dir: Path, scratch: Path, captured: CapturedReferences,
+                 device: Any, stream: Any) -> Verdict:
     ctx = Context(captured, Clock.from_captured(captured, stream), device, job.settings,
                   environment_details(device), scratch / "candidate.py", make_flush(device))
-    peaks = _peaks(job.cache_dir, ctx)  # measured before any candidate code can disturb the GPU
+    peaks = _peaks(cache_dir, ctx)  # measured before any candidate code can disturb the GPU
     task, reference, init_inputs = _load_reference(job.task_source, scratch, ctx)
-    loaded = _load_candidate(job, ctx, task, init_inputs)
+    loaded = _load_candidate(job, cache_dir, ctx, task, init_inputs)
     if isinstance(loaded, Verdict):
         return loaded
     candidate = loaded
@@ -125,14 +118,14 @@ def _load_reference(source: str, scratch: Path, ctx: Context) -> tuple[Any, Any,
     return task, reference, init_inputs
 
 
-def _load_candidate(job: Job, ctx: Context, task: Any, init_inputs: Any) -> Any:
+def _load_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, task: Any, init_inputs: Any) -> Any:
     """ModelNew on the device after one forward, or a LOAD verdict."""
     import torch
 
     from kevin_agent.evaluate.build.flags import resolve_arch
 
     # the builds' own resolution (argument, TORCH_CUDA_ARCH_LIST, device), so the cache keys match
-    note = install_build_hook(job.cache_dir, resolve_arch(job.settings.arch))
+    note = install_build_hook(cache_dir, resolve_arch(job.settings.arch))
     if note:
         print(f"kevin-worker: {note}", file=sys.stderr)
     try:

@@ -1,0 +1,142 @@
+"""What crosses the evaluator's process boundaries, as structured data (standard library only).
+
+Parent -> GPU worker: the worker prints ``READY_LINE`` once warm, then reads one line on stdin,
+the path of a ``WorkerJob`` JSON file. Worker -> parent: a ``WorkerReply`` JSON file written
+atomically at the job's ``result_path``; no reply means the process crashed, hung or was killed.
+Parent -> load_inline recorder: the candidate's path on argv; recorder -> parent: one stdout line,
+``RECORD_MARKER`` + a ``RecordReply``. Both sides import this module, so nothing is matched as text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from kevin_agent.data import Verdict
+from kevin_agent.evaluate.api import EvalSettings
+
+READY_LINE = "READY"
+RECORD_MARKER = "KEVIN_LOAD_INLINE_SPECS:"
+
+
+class WorkerExit(enum.IntEnum):
+    """The GPU worker's exit codes (a reply file, not the code, carries every verdict)."""
+
+    OK = 0
+    INTERNAL = 1  # a bug in the worker: traceback on stderr
+    BAD_JOB = 2  # the job file is missing or malformed
+    NO_CUDA = 3  # no CUDA device: one line on stderr, before READY
+
+
+class BadJob(Exception):
+    """The job file is missing or malformed (one line)."""
+
+
+def settings_to_dict(settings: EvalSettings) -> dict[str, Any]:
+    raw = dataclasses.asdict(settings)
+    return {k: str(v) if isinstance(v, Path) else v for k, v in raw.items()}
+
+
+def settings_from_dict(raw: dict[str, Any]) -> EvalSettings:
+    """EvalSettings from JSON (unknown keys ignored: an older worker reads a newer job)."""
+    names = {f.name for f in dataclasses.fields(EvalSettings)}
+    values = {k: v for k, v in raw.items() if k in names}
+    if values.get("cache_dir") is not None:
+        values["cache_dir"] = Path(values["cache_dir"])
+    return EvalSettings(**values)
+
+
+@dataclass
+class WorkerJob:
+    """One candidate for one GPU worker."""
+
+    task_source: str
+    candidate_source: str
+    result_path: Path
+    settings: EvalSettings = field(default_factory=EvalSettings)
+    cache_dir: Optional[Path] = None  # the build cache the parent filled (None: settings' or default)
+    scratch_dir: Optional[Path] = None  # the worker's own folder for the candidate's files
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "task_source": self.task_source, "candidate_source": self.candidate_source,
+            "result_path": str(self.result_path), "settings": settings_to_dict(self.settings),
+            "cache_dir": str(self.cache_dir) if self.cache_dir else None,
+            "scratch_dir": str(self.scratch_dir) if self.scratch_dir else None,
+        })
+
+    @classmethod
+    def read(cls, path: Path) -> WorkerJob:
+        """Parse a job file; BadJob with one line."""
+        try:
+            raw = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise BadJob(f"cannot read job {path}: {exc}") from exc
+        missing = [k for k in ("task_source", "candidate_source", "result_path")
+                   if not isinstance(raw.get(k), str)]
+        if missing:
+            raise BadJob(f"job {path} lacks {', '.join(missing)}")
+        try:
+            settings = settings_from_dict(raw.get("settings") or {})
+        except TypeError as exc:
+            raise BadJob(f"job {path} has bad settings: {exc}") from exc
+        cache = raw.get("cache_dir") or settings.cache_dir
+        scratch = raw.get("scratch_dir")
+        return cls(raw["task_source"], raw["candidate_source"], Path(raw["result_path"]), settings,
+                   Path(cache) if cache else None, Path(scratch) if scratch else None)
+
+
+@dataclass
+class WorkerReply:
+    """The worker's answer: the candidate's verdict, or why the reference task itself failed."""
+
+    verdict: Optional[Verdict] = None
+    task_failure: Optional[str] = None  # one line: the user's module fails, not the candidate
+    task_failure_detail: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "verdict": self.verdict.to_dict() if self.verdict is not None else None,
+            "task_failure": self.task_failure, "task_failure_detail": self.task_failure_detail,
+        })
+
+    @classmethod
+    def read(cls, path: Path) -> Optional[WorkerReply]:
+        """The reply at ``path``; None when it is missing or unreadable (a crashed worker)."""
+        try:
+            raw = json.loads(Path(path).read_text())
+            verdict = Verdict.from_dict(raw["verdict"]) if raw.get("verdict") else None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if verdict is None and not raw.get("task_failure"):
+            return None
+        return cls(verdict, raw.get("task_failure"), raw.get("task_failure_detail") or "")
+
+
+@dataclass
+class RecordReply:
+    """What the load_inline recorder found: the arguments of each call, or why it could not."""
+
+    specs: list[dict[str, Any]] = field(default_factory=list)
+    error: Optional[str] = None
+
+    def line(self) -> str:
+        return RECORD_MARKER + json.dumps({"specs": self.specs, "error": self.error})
+
+    @classmethod
+    def from_output(cls, stdout: str) -> list[RecordReply]:
+        """Every well-formed reply line in ``stdout`` (the candidate may print look-alikes)."""
+        found = []
+        for line in stdout.splitlines():
+            if not line.startswith(RECORD_MARKER):
+                continue
+            try:
+                raw = json.loads(line[len(RECORD_MARKER):])
+                found.append(cls(list(raw["specs"]), raw.get("error")))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return found
