@@ -21,7 +21,7 @@ FSTRING_CANDIDATE = textwrap.dedent('''
     import torch.nn as nn
     from torch.utils.cpp_extension import load_inline
 
-    BLOCK = 256
+    BLOCK = 256 * max(1, torch.cuda.device_count())
     cuda_src = f"""
     __global__ void k(float* y) {{ y[threadIdx.x] = {BLOCK}; }}
     torch::Tensor run(torch::Tensor x) {{ k<<<1, {BLOCK}>>>(x.data_ptr<float>()); return x; }}
@@ -100,6 +100,15 @@ def test_computed_sources_stay_inline_with_a_note(tmp_path):
     assert "ext = _LazyExtension(lambda: _load_inline_by_content(name=\"f\"" in module
     assert "# kevin-kernel: inline" in module
     ast.parse(module)
+
+
+def test_sources_folded_from_constants_are_extracted(tmp_path):
+    """An f-string over module constants folds like the build folds it (one source model)."""
+    origin = _write_module(tmp_path)
+    code = FSTRING_CANDIDATE.replace("BLOCK = 256 * max(1, torch.cuda.device_count())", "BLOCK = 256")
+    files = _by_name(plan_accept(make_record(origin, code), repo_root=tmp_path))
+    (kernel,) = [text for name, text in files.items() if name.endswith(".cu")]
+    assert "y[threadIdx.x] = 256;" in kernel and "k<<<1, 256>>>" in kernel
 
 
 def test_two_extensions_get_numbered_files(tmp_path):

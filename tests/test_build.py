@@ -21,7 +21,7 @@ from kevin_agent.errors import EnvironmentProblem
 from kevin_agent.evaluate.build.cache import BuildCache
 from kevin_agent.evaluate.build.compile import compile_candidate, compile_many
 from kevin_agent.evaluate.build.flags import NO_ARCH, find_cuda_home, gencode_flags, resolve_arch
-from kevin_agent.evaluate.build.specs import extract_static
+from kevin_agent.evaluate.source.calls import extract_static
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ADD = FIXTURES / "kernels" / "add_candidate.py"

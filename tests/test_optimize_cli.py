@@ -63,7 +63,7 @@ def test_optimize_table_conclusion_runs_and_show(repo):
     assert runs.returncode == 0 and "done" in runs.stdout and "2.00x" in runs.stdout
     show = kevin(repo, "show", "latest", "t0.0")
     assert show.returncode == 0
-    assert "compile failed" in show.stdout and "kernel.cu(3): error: bad" in show.stdout
+    assert "stage: compile (FAILED)" in show.stdout and "kernel.cu(3): error: bad" in show.stdout
     assert "class ModelNew" in show.stdout and "Summary of attempt broken." in show.stdout
     unknown = kevin(repo, "show", "latest", "t7.7")
     assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1

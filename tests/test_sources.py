@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kevin_agent.evaluate.build.specs import (
-    NotStatic, SourceExtractionError, child_environment, extract_specs, extract_static,
-)
-from kevin_agent.evaluate.source.calls import ExtensionSpec, spec_from_call
+from kevin_agent.evaluate.build.specs import SourceExtractionError, child_environment, extract_specs
+from kevin_agent.evaluate.source.calls import ExtensionSpec, bind_arguments, extract_static, spec_from_call
+from kevin_agent.evaluate.source.consts import NotStatic
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -147,3 +146,40 @@ def test_forged_marker_line_is_ignored_not_a_traceback():
             "load_inline(name='m', cpp_sources=str(2))\n")
     specs, how = extract_specs(code)
     assert how == "child" and [s.name for s in specs] == ["m"]
+
+
+def test_positional_name_and_sources_bind_through_torchs_signature():
+    """KernelBench's few-shot examples call load_inline("name", cpp, cuda, functions=...)."""
+    import ast
+
+    code = ("from torch.utils.cpp_extension import load_inline\n"
+            "CPP = 'torch::Tensor f(torch::Tensor x);'\nCUDA = '__global__ void k() {}'\n"
+            "mod = load_inline('tiled_matmul', CPP, CUDA, functions=['f'], verbose=False)\n")
+    (spec,) = extract_static(code)
+    assert (spec.name, spec.cpp_sources, spec.functions) == ("tiled_matmul", (CPP_TEXT,), ("f",))
+    call = next(n for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "load_inline")
+    assert set(bind_arguments(call)) == {"name", "cpp_sources", "cuda_sources", "functions", "verbose"}
+
+
+CPP_TEXT = "torch::Tensor f(torch::Tensor x);"
+
+
+def test_a_hooked_load_inline_still_binds_positional_arguments():
+    """The GPU worker's hook and the recorder replace load_inline by (*args, **kwargs): the
+    parameter order must come from torch's own signature, read before the swap."""
+    from torch.utils import cpp_extension
+
+    from kevin_agent.evaluate.source.calls import load_inline_parameter_order
+
+    original = cpp_extension.load_inline
+    order = load_inline_parameter_order()
+    try:
+        cpp_extension.load_inline = lambda *args, **kwargs: None
+        load_inline_parameter_order.cache_clear()
+        assert load_inline_parameter_order()[:3] == ("name", "cpp_sources", "cuda_sources")
+        spec = spec_from_call(("flash_attn", "cpp", "cuda"), {"functions": ["f"]})
+        assert spec.name == "flash_attn" and spec.cuda_sources == ("cuda",)
+    finally:
+        cpp_extension.load_inline = original
+        load_inline_parameter_order.cache_clear()
+    assert load_inline_parameter_order() == order

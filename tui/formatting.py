@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from kevin_agent.data import REPLAY_GPU_NAME, Candidate, Verdict
+from kevin_agent.data import Candidate, Verdict
 from kevin_agent.run_table import candidate_row
 
 ROW_COLUMNS = ("traj", "turn", "verdict", "kernel ms", "x eager", "x compile", "SoL %")
@@ -51,37 +51,6 @@ def row_cells(candidate: Candidate, verdict: Optional[Verdict]) -> tuple[str, ..
         _num(row.speedup_vs_compile, "{:.2f}x"),
         _num(row.sol_percent, "{:.0f}"),
     )
-
-
-def verdict_text(verdict: Optional[Verdict]) -> str:
-    """The verdict for the user: message, numbers that exist, compiler or run-time errors."""
-    if verdict is None:
-        return "Not evaluated yet."
-    d = verdict.details
-    lines = [f"Stage: {verdict.stage.value} ({'passed' if verdict.ok else 'failed'})", "",
-             verdict.message.strip(), ""]
-    if d.trials_total:
-        lines.append(f"Correctness trials: {d.trials_passed}/{d.trials_total}")
-    if d.max_abs_error is not None:
-        lines.append(f"Max abs error: {d.max_abs_error:.3g}")
-    for name, stats in (("eager", d.eager), ("torch.compile", d.compiled), ("kernel", d.kernel)):
-        if stats is not None:
-            lines.append(f"{name} median: {stats.median_ms:.3f} ms ({stats.trials} trials)")
-    if d.speedup_vs_eager is not None:
-        lines.append(f"Speedup vs eager: {d.speedup_vs_eager:.2f}x")
-    if d.speedup_vs_compile is not None:
-        lines.append(f"Speedup vs torch.compile: {d.speedup_vs_compile:.2f}x")
-    if d.sol_fraction is not None:
-        lines.append(f"Speed of light: {d.sol_fraction * 100:.0f}%")
-    if d.suspicious:
-        lines.append("Suspicious: " + ("; ".join(d.suspicious_reasons) or "flagged"))
-    if d.gpu_name:
-        lines.append(f"GPU: {d.gpu_name}" + (" (replayed, not a measurement)"
-                                             if d.gpu_name == REPLAY_GPU_NAME else ""))
-    for title, text in (("Compiler errors", d.compiler_errors), ("Error", d.error)):
-        if text:
-            lines += ["", f"{title}:", text.rstrip()]
-    return "\n".join(lines).rstrip() + "\n"
 
 
 def cuda_sources(code: Optional[str]) -> str:

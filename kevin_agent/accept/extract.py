@@ -1,18 +1,20 @@
 """Find the ``load_inline`` calls of a candidate and pull their C++/CUDA sources out as text.
 
-A source is extracted when it is a plain string literal, a list of them, a ``+`` of them, or a
-module-level name bound once to one of those. Anything else (f-strings, strings built at run time,
-positional arguments past ``cuda_sources``) keeps the call inline, with the reason recorded.
+A source is extracted when its value folds to constants (``source.consts``) over literals and
+module-level names bound once; arguments are matched to parameters by torch's signature
+(``source.calls``). Anything else (strings built at run time) keeps the call inline, with the
+reason recorded.
 """
 
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from kevin_agent.errors import UserInputError
-from kevin_agent.evaluate.source.calls import is_load_inline_call
+from kevin_agent.evaluate.source.calls import bind_arguments, is_load_inline_call
+from kevin_agent.evaluate.source.consts import ConstEval, NotStatic
 
 # load_inline keywords that only shape how the sources are written (consumed when extracting)
 _CONSUMED = ("name", "cpp_sources", "cuda_sources", "functions", "with_pytorch_error_handling",
@@ -22,7 +24,6 @@ LOAD_KEYWORDS = ("extra_cflags", "extra_cuda_cflags", "extra_ldflags", "extra_in
                  "with_cuda", "is_python_module", "keep_intermediates")
 # dropped: the build goes to the user's default extension cache, quietly
 _DROPPED = ("build_directory", "verbose", "use_pch")
-_POSITIONAL = ("name", "cpp_sources", "cuda_sources")
 
 
 @dataclass(frozen=True)
@@ -105,53 +106,45 @@ def module_bindings(tree: ast.Module) -> dict[str, ast.stmt]:
 
 
 class _Resolver:
-    """Evaluates string-valued expressions made of literals and once-bound module names."""
+    """Folds argument expressions over the module's once-bound constants (``source.consts``),
+    remembering which names each value came from (their bindings may move into kernel files)."""
 
     def __init__(self, bindings: dict[str, ast.stmt]) -> None:
-        self.bindings = bindings
+        self.env: dict[str, Any] = {}
+        for name, stmt in sorted(bindings.items(), key=lambda item: item[1].lineno):
+            try:
+                self.env[name] = ConstEval(self.env)(stmt.value)  # type: ignore[attr-defined]
+            except (NotStatic, TypeError, ValueError, KeyError, IndexError):
+                continue
         self.used: set[str] = set()
 
-    def string(self, node: ast.expr, depth: int = 0) -> Optional[str]:
-        if depth > 20:
+    def _value(self, node: ast.expr) -> Any:
+        evaluate = ConstEval(self.env)
+        try:
+            value = evaluate(node)
+        except (NotStatic, TypeError, ValueError, KeyError, IndexError):
             return None
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            return node.value
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-            left, right = self.string(node.left, depth + 1), self.string(node.right, depth + 1)
-            return None if left is None or right is None else left + right
-        if isinstance(node, ast.Name):
-            stmt = self.bindings.get(node.id)
-            if isinstance(stmt, ast.Assign):
-                value = self.string(stmt.value, depth + 1)
-                if value is not None:
-                    self.used.add(node.id)
-                return value
-        return None
+        self.used |= evaluate.used
+        return value
 
     def strings(self, node: ast.expr) -> Optional[list[str]]:
         """A str or a list/tuple of str (load_inline accepts both)."""
-        if isinstance(node, (ast.List, ast.Tuple)):
-            items = [self.string(item) for item in node.elts]
-            return None if any(item is None for item in items) else items  # type: ignore[misc]
-        if isinstance(node, ast.Name):
-            stmt = self.bindings.get(node.id)
-            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, (ast.List, ast.Tuple)):
-                items = self.strings(stmt.value)
-                if items is not None:
-                    self.used.add(node.id)
-                return items
-        single = self.string(node)
-        return None if single is None else [single]
+        value = self._value(node)
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
+            return list(value)
+        return None
 
     def functions(self, node: ast.expr) -> Optional[dict[str, str]]:
-        if isinstance(node, ast.Dict):
-            keys = [self.string(k) if k is not None else None for k in node.keys]
-            values = [self.string(v) for v in node.values]
-            if any(k is None for k in keys) or any(v is None for v in values):
-                return None
-            return dict(zip(keys, values))  # type: ignore[arg-type]
-        names = self.strings(node)
-        return None if names is None else {name: name for name in names}
+        value = self._value(node)
+        if isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            return dict(value)
+        if isinstance(value, str):
+            return {value: value}
+        if isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
+            return {name: name for name in value}
+        return None
 
 
 def _flag(node: Optional[ast.expr], default: bool) -> Optional[bool]:
@@ -164,11 +157,11 @@ def _flag(node: Optional[ast.expr], default: bool) -> Optional[bool]:
 
 def _describe(call: ast.Call, source: CandidateSource, bindings: dict[str, ast.stmt]) -> ExtensionCall:
     found = ExtensionCall(call=source.span(call), func=source.span(call.func))
-    if len(call.args) > len(_POSITIONAL) or any(k.arg is None for k in call.keywords):
-        found.inline_reason = "its arguments are passed positionally past cuda_sources or with **"
+    try:
+        args = bind_arguments(call)
+    except NotStatic:
+        found.inline_reason = "its arguments are passed with * or **"
         return found
-    args: dict[str, ast.expr] = dict(zip(_POSITIONAL, call.args))
-    args.update({k.arg: k.value for k in call.keywords if k.arg is not None})
     unknown = sorted(set(args) - set(_CONSUMED) - set(LOAD_KEYWORDS) - set(_DROPPED))
     if unknown:
         found.inline_reason = f"it passes {', '.join(unknown)}, which the file-based build does not take"

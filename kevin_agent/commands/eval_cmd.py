@@ -11,8 +11,8 @@ import json
 import re
 from pathlib import Path
 
-from kevin_agent.data import TimingStats, Verdict
 from kevin_agent.errors import UserInputError
+from kevin_agent.verdict_text import render_verdict
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,46 +83,3 @@ def run(args: argparse.Namespace) -> int:
         evaluator.close()
     print(json.dumps(verdict.to_dict(), indent=2) if args.json else render_verdict(verdict))
     return 0
-
-
-def _ms(stats: TimingStats | None) -> str | None:
-    if stats is None:
-        return None
-    return f"{stats.median_ms:.4g} ms (IQR {stats.iqr_ms:.2g} ms, {stats.spread:.1%}; {stats.trials} trials)"
-
-
-def render_verdict(verdict: Verdict) -> str:
-    """A readable, plain-text verdict for the terminal."""
-    d = verdict.details
-    status = "passed" if verdict.ok else "FAILED"
-    lines = [f"stage: {verdict.stage.value} ({status}){'  correct' if verdict.correct else ''}", "", verdict.message, ""]
-    if d.static_rule:
-        lines.append(f"static rule: {d.static_rule}")
-    if d.trials_total is not None:
-        lines.append(f"correctness: {d.trials_passed}/{d.trials_total} trials passed")
-    if d.max_abs_error is not None:
-        lines.append(f"errors: max abs {d.max_abs_error:.3g}, max rel {(d.max_rel_error or 0):.3g}"
-                     + (f" (atol {d.atol:g}, rtol {d.rtol:g})" if d.atol is not None and d.rtol is not None else ""))
-    for label, stats in (("kernel", d.kernel), ("eager", d.eager), ("torch.compile", d.compiled)):
-        if _ms(stats):
-            lines.append(f"{label}: {_ms(stats)}")
-    if d.torch_compile_seconds is not None:
-        lines.append(f"torch.compile build: {d.torch_compile_seconds:.1f} s")
-    if d.speedup_vs_eager is not None:
-        vs_compile = f", {d.speedup_vs_compile:.2f}x vs torch.compile" if d.speedup_vs_compile is not None else ""
-        lines.append(f"speedup: {d.speedup_vs_eager:.2f}x vs eager{vs_compile}")
-    if d.sol_fraction is not None:
-        sol_ms = f" of peak ({d.sol_ms:.4g} ms at speed of light)" if d.sol_ms is not None else ""
-        lines.append(f"speed of light: {d.sol_fraction:.1%}{sol_ms}")
-    if d.suspicious:
-        lines.append("SUSPICIOUS: " + ("; ".join(d.suspicious_reasons) or "flagged") + " (not counted as best)")
-    if d.build_seconds is not None:
-        hit = "cache hit" if d.cache_hit else "built"
-        lines.append(f"build: {d.build_seconds:.2f} s ({hit}{', ' + d.build_path if d.build_path else ''})")
-    if d.build_log_path:
-        lines.append(f"build log: {d.build_log_path}")
-    if d.gpu_name:
-        versions = ", ".join(x for x in (f"torch {d.torch_version}" if d.torch_version else "",
-                                         f"CUDA {d.cuda_version}" if d.cuda_version else "") if x)
-        lines.append(f"gpu: {d.gpu_name}" + (f" ({versions})" if versions else ""))
-    return "\n".join(lines).rstrip() + "\n"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,23 +13,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with CANDIDATE: also print the model's full response and reasoning")
 
 
-def _detail_lines(details: Any) -> list[str]:
-    lines = []
-    for key, value in details.to_dict().items():
-        if value is None or value == [] or (key == "suspicious" and value is False):
-            continue
-        if isinstance(value, dict):  # timing statistics
-            value = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                              for k, v in value.items())
-        lines.append(f"  {key}: {value}")
-    return lines
-
-
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from kevin_agent.progress import print_run_result, stdout_console
     from kevin_agent.store import RunStore
+    from kevin_agent.verdict_text import render_verdict
 
     store = RunStore.for_path(Path.cwd())
     record = store.load_run(args.run_id)
@@ -53,10 +41,8 @@ def run(args: argparse.Namespace) -> int:
         print("verdict: not evaluated yet (the run was interrupted; `kevin optimize --resume "
               f"{record.run_id}` evaluates it)")
     else:
-        print(f"verdict: {verdict.stage.value} {'ok' if verdict.ok else 'failed'}")
-        print(verdict.message)
-        print("details:")
-        print("\n".join(_detail_lines(verdict.details)) or "  (none)")
+        print("verdict:")
+        print(render_verdict(verdict).rstrip())
     print(f"summary:\n{candidate.summary.strip() or '(none)'}")
     if candidate.parse_error:
         print(f"format error: {candidate.parse_error}")

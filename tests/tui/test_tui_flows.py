@@ -56,7 +56,7 @@ async def test_run_details_accept_commit_and_undo(tmp_path):
         await wait_for(pilot, lambda: isinstance(app.screen, CandidateScreen), what="details")
         assert app.screen.candidate.id == "t0.1"
         assert "Summary of attempt quick." in str(app.screen.query_one("#summary").render())
-        assert "Speedup vs torch.compile: 1.33x" in str(app.screen.query_one("#verdict").render())
+        assert "2.00x vs eager, 1.33x vs torch.compile" in str(app.screen.query_one("#verdict").render())
         app.screen.query_one(TabbedContent).active = "tab-cuda"
         await pilot.pause()
         assert app.screen.query_one(TabbedContent).active == "tab-cuda"

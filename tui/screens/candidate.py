@@ -13,7 +13,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from kevin_agent.data import Candidate, Verdict
-from kevin_agent.tui.formatting import cuda_sources, verdict_label, verdict_text
+from kevin_agent.tui.formatting import cuda_sources, verdict_label
+from kevin_agent.verdict_text import render_verdict
 
 THEME = "ansi_dark"  # follows the terminal's palette; deterministic in screenshots
 
@@ -48,7 +49,7 @@ class CandidateScreen(Screen):
                     summary = c.summary.strip() or c.parse_error or "(no summary)"
                     yield Static(Text("Model's summary\n", style="bold") + Text(summary + "\n"),
                                  id="summary")
-                    yield Static(Text(verdict_text(self.verdict)), id="verdict")
+                    yield Static(Text(_verdict_text(self.verdict)), id="verdict")
             with TabPane("Python", id="tab-python"):
                 with VerticalScroll():
                     yield code_view(c.code or "(no code: the reply could not be parsed)", "python")
@@ -64,3 +65,7 @@ class CandidateScreen(Screen):
     def action_accept(self) -> None:
         self.app.request_accept(self.run_id, self.candidate.id)  # type: ignore[attr-defined]
 
+
+
+def _verdict_text(verdict: Optional[Verdict]) -> str:
+    return render_verdict(verdict) if verdict is not None else "Not evaluated yet.\n"

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from kevin_agent.evaluate.source.clex import shadow
+
 
 class SplitRefused(Exception):
     """The source cannot be split safely; the message says why (the build takes the whole path)."""
@@ -47,47 +49,14 @@ class Chunk:
 
 
 def blank_comments_and_literals(src: str) -> str:
-    """Same-length copy of ``src`` with comments as spaces and literal contents as ``_``."""
-    out = list(src)
-    i, n = 0, len(src)
-    while i < n:
-        c = src[i]
-        if src.startswith("//", i):
-            j = i
-            while j < n and src[j] != "\n":
-                if src[j] == "\\" and j + 1 < n and src[j + 1] == "\n":
-                    j += 1  # a continued // comment runs on to the next line
-                j += 1
-            _blank(out, i, j)
-            i = j
-        elif src.startswith("/*", i):
-            j = src.find("*/", i + 2)
-            if j < 0:
-                raise SplitRefused("unterminated comment")
-            _blank(out, i, j + 2)
-            i = j + 2
-        elif c in "\"'":
-            if c == '"' and i > 0 and src[i - 1] == "R" and (i < 2 or not src[i - 2].isalnum()):
-                raise SplitRefused("raw string literal")
-            j = i + 1
-            while j < n and src[j] != c:
-                if src[j] == "\n":
-                    raise SplitRefused("unterminated literal")
-                j += 2 if src[j] == "\\" else 1
-            if j >= n:
-                raise SplitRefused("unterminated literal")
-            for k in range(i + 1, j):
-                out[k] = "_"
-            i = j + 1
-        else:
-            i += 1
-    return "".join(out)
-
-
-def _blank(out: list[str], start: int, end: int) -> None:
-    for k in range(start, end):
-        if out[k] != "\n":
-            out[k] = " "
+    """Same-length copy of ``src`` with comments as spaces and literal contents as ``_``
+    (``source.clex``); SplitRefused for raw string literals and unterminated text."""
+    lexed = shadow(src)
+    if lexed.raw_strings:
+        raise SplitRefused("raw string literal")
+    if lexed.problems:
+        raise SplitRefused(lexed.problems[0])
+    return lexed.code
 
 
 def _directive_end(code: str, i: int) -> int:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from kevin_agent import feedback
 from kevin_agent.evaluate.build.specs import SourceExtractionError, extract_specs
-from kevin_agent.evaluate.source.calls import spec_from_call
+from kevin_agent.evaluate.source.calls import load_inline_parameter_order, spec_from_call
 
 if TYPE_CHECKING:
     import types
@@ -73,8 +73,10 @@ def install_load_inline_hook(cache: "BuildCache") -> None:
     """
     from torch.utils import cpp_extension
 
+    order = load_inline_parameter_order()  # read torch's signature before it is replaced
+
     def cached_load_inline(*args: Any, **kwargs: Any) -> "types.ModuleType":
-        return cache.load(spec_from_call(args, kwargs))
+        return cache.load(spec_from_call(args, kwargs, order))
 
     cached_load_inline.__kevin_hook__ = True  # type: ignore[attr-defined]
     cpp_extension.load_inline = cached_load_inline  # type: ignore[assignment]

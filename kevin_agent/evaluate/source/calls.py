@@ -1,7 +1,9 @@
-"""The arguments of one ``load_inline`` call, normalised the same way wherever they come from.
+"""The one model of a candidate's ``load_inline`` calls, wherever they are read.
 
-Static extraction (``sources.py``), the child-process recorder and the GPU worker's hook all turn
-a call into an ``ExtensionSpec`` through ``spec_from_call`` so they key the build cache alike.
+Arguments are matched to parameters through torch's own signature (positional or keyword, with
+the name positional as in KernelBench's examples), statically by ``bind_arguments`` (the static
+checks, accept) and ``extract_static`` (the build), and at run time by ``spec_from_call`` (the
+recorder child and the GPU worker's hook), so all of them key the build cache alike.
 Standard library only.
 """
 
@@ -9,8 +11,13 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
+import importlib.util
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from kevin_agent.evaluate.source.consts import ConstEval, NotStatic, bind_assignments
 
 # Parameter order of load_inline in torch 2.4 ... 2.14 (sycl_sources arrived in 2.7, after
 # cuda_sources). Positional calls past the third argument are resolved with torch's own signature
@@ -46,16 +53,26 @@ class ExtensionSpec:
         return spec_from_kwargs(raw)
 
 
+@functools.lru_cache(maxsize=1)
 def load_inline_parameter_order() -> tuple[str, ...]:
-    """Positional parameter names of the installed torch's load_inline (newest order if absent)."""
+    """Positional parameter names of the installed torch's load_inline (newest order if absent).
+
+    Read from torch's source file, not from the live function: torch is not imported (the static
+    checks stay fast) and a hooked or recording load_inline cannot change the answer."""
     try:
-        import inspect
-
-        from torch.utils import cpp_extension
-
-        return tuple(inspect.signature(cpp_extension.load_inline).parameters)
-    except Exception:  # torch missing or signature unreadable
+        spec = importlib.util.find_spec("torch")
+        origin = spec.origin if spec is not None else None
+        if origin is None:
+            return _NEW_ORDER
+        path = Path(origin).parent / "utils" / "cpp_extension.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError, ImportError):
         return _NEW_ORDER
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "load_inline":
+            names = tuple(a.arg for a in node.args.posonlyargs + node.args.args)
+            return names if names[:1] == ("name",) else _NEW_ORDER
+    return _NEW_ORDER
 
 
 def _strings(value: Any) -> tuple[str, ...]:
@@ -94,3 +111,50 @@ def is_load_inline_call(call: ast.Call) -> bool:
     return (isinstance(func, ast.Name) and func.id == "load_inline") or (
         isinstance(func, ast.Attribute) and func.attr == "load_inline"
     )
+
+
+def bind_arguments(call: ast.Call, order: Sequence[str] | None = None) -> dict[str, ast.expr]:
+    """Each argument expression of a load_inline call under its parameter name.
+
+    Raises NotStatic for ``*args`` / ``**kwargs`` (which parameter they fill is unknowable)."""
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        raise NotStatic("*args or **kwargs")
+    names = tuple(order) if order is not None else load_inline_parameter_order()
+    bound: dict[str, ast.expr] = dict(zip(names, call.args))
+    bound.update({k.arg: k.value for k in call.keywords if k.arg is not None})
+    return bound
+
+
+def _enclosing_functions(tree: ast.Module) -> dict[ast.Call, list[ast.AST]]:
+    """Map each load_inline call to the function definitions enclosing it (outermost first)."""
+    found: dict[ast.Call, list[ast.AST]] = {}
+
+    def visit(node: ast.AST, stack: list[ast.AST]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Call) and is_load_inline_call(child):
+                found[child] = list(stack)
+            inner = stack + [child] if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else stack
+            visit(child, inner)
+
+    visit(tree, [])
+    return found
+
+
+def extract_static(code: str) -> list[ExtensionSpec]:
+    """Specs of every load_inline call, in source order. Raises NotStatic or SyntaxError."""
+    tree = ast.parse(code)
+    module_env: dict[str, Any] = {}
+    bind_assignments(tree.body, module_env)
+    calls = sorted(_enclosing_functions(tree).items(), key=lambda item: (item[0].lineno, item[0].col_offset))
+    specs = []
+    for call, functions in calls:
+        env = dict(module_env)
+        for function in functions:
+            bind_assignments(function.body, env)  # type: ignore[attr-defined]
+        evaluate = ConstEval(env)
+        values = {name: evaluate(expr) for name, expr in bind_arguments(call).items() if name in SPEC_FIELDS}
+        try:
+            specs.append(spec_from_kwargs(values))
+        except (ValueError, TypeError) as exc:
+            raise NotStatic(str(exc)) from exc
+    return specs

@@ -8,7 +8,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
-from kevin_agent.evaluate.source.calls import is_load_inline_call
+from kevin_agent.evaluate.source.calls import bind_arguments, is_load_inline_call
+from kevin_agent.evaluate.source.consts import NotStatic
+from kevin_agent.evaluate.source.clex import shadow
 
 LOAD_INLINE = "torch.utils.cpp_extension.load_inline"
 INPUT_FUNCTIONS = frozenset({"get_inputs", "get_init_inputs"})
@@ -140,7 +142,7 @@ def _collect_extensions(ctx: CandidateContext) -> None:
     for node in ast.walk(ctx.tree):
         if isinstance(node, ast.Call) and _is_load_inline(ctx, node):
             ctx.load_inline_calls.append(node)
-            functions = _argument(node, "functions", 3)
+            functions = _argument(node, "functions")
             if functions is not None:
                 ctx.extension_functions |= {
                     c.value for c in ast.walk(functions) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
@@ -156,11 +158,12 @@ def _collect_extensions(ctx: CandidateContext) -> None:
                 ctx.extension_names |= {k for k in map(_target_key, targets) if k}
 
 
-def _argument(call: ast.Call, name: str, position: int) -> Optional[ast.expr]:
-    for keyword in call.keywords:
-        if keyword.arg == name:
-            return keyword.value
-    return call.args[position] if len(call.args) > position else None
+def _argument(call: ast.Call, name: str) -> Optional[ast.expr]:
+    """The expression passed for parameter ``name`` (torch's signature: positional or keyword)."""
+    try:
+        return bind_arguments(call).get(name)
+    except NotStatic:  # *args / **kwargs: only the explicit keywords are known
+        return next((k.value for k in call.keywords if k.arg == name), None)
 
 
 _C_MARKERS = re.compile(r"__global__|#\s*include|<<<|torch::|at::|__device__")
@@ -186,8 +189,8 @@ def _collect_cuda_sources(ctx: CandidateContext) -> None:
                     gather(value, seen)
 
     for call in ctx.load_inline_calls:
-        for name, pos in (("cpp_sources", 1), ("cuda_sources", 2), ("extra_cuda_cflags", 5), ("extra_cflags", 4)):
-            arg = _argument(call, name, pos)
+        for name in ("cpp_sources", "cuda_sources", "extra_cuda_cflags", "extra_cflags"):
+            arg = _argument(call, name)
             if arg is not None:
                 gather(arg, set())
     docstrings = _docstring_ids(ctx.tree)
@@ -209,18 +212,10 @@ def _docstring_ids(tree: ast.Module) -> set[int]:
     return ids
 
 
-_C_TOKENS = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])\'', re.S)
-
-
 def strip_c_comments(source: str) -> str:
-    """Blank out C/C++ comments and string/char literals, keeping offsets and newlines."""
-    def blank(match: re.Match[str]) -> str:
-        text = match.group(0)
-        if text.startswith('"') and re.search(r"#\s*include\s*$", source[:match.start()].rsplit("\n", 1)[-1]):
-            return text  # keep `#include "file.h"` visible
-        return re.sub(r"[^\n]", " ", text)
-
-    return _C_TOKENS.sub(blank, source)
+    """Blank out C/C++ comments and string/char literals, keeping offsets, newlines and
+    ``#include "file.h"`` (the one C lexer, ``source.clex``)."""
+    return shadow(source, fill=" ", keep_include_paths=True).code
 
 
 def _mark_regions(ctx: CandidateContext) -> None:

@@ -13,7 +13,7 @@ import types
 from typing import Any
 
 from kevin_agent.evaluate.protocol import RecordReply
-from kevin_agent.evaluate.source.calls import spec_from_call
+from kevin_agent.evaluate.source.calls import load_inline_parameter_order, spec_from_call
 
 
 class _Stub(types.ModuleType):
@@ -29,9 +29,10 @@ def main(path: str) -> int:
     from torch.utils import cpp_extension
 
     specs: list[dict[str, Any]] = []
+    order = load_inline_parameter_order()  # read torch's signature before it is replaced
 
     def recorder(*args: Any, **kwargs: Any) -> types.ModuleType:
-        spec = spec_from_call(args, kwargs)
+        spec = spec_from_call(args, kwargs, order)
         specs.append(spec.to_dict())
         return _Stub(spec.name)
 
