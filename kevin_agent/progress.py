@@ -9,11 +9,9 @@ from typing import IO, Any, Optional
 from kevin_agent.events import (
     CandidateGenerated,
     Event,
-    QueueChanged,
     RunDone,
     RunFailed,
     RunStarted,
-    TokensGenerated,
     TurnDone,
     TurnStarted,
     VerdictReady,

@@ -120,6 +120,12 @@ class RunStore:
         with self._lock:
             self._conn.close()
 
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # -- writing -------------------------------------------------------------------------------
 
     def _write(self, sql: str, params: Sequence[Any]) -> None:
@@ -267,3 +273,9 @@ class RunStore:
             r[0]: [Message(role=m["role"], content=m["content"]) for m in json.loads(r[1])]
             for r in rows
         }
+
+
+def load_stored_run(run_id: str, start: Optional[Path] = None) -> RunRecord:
+    """One stored run from the store above ``start`` (default: the current folder), store closed."""
+    with RunStore.for_path(start or Path.cwd()) as store:
+        return store.load_run(run_id)

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import Any, Optional, Protocol
 
 from lsprotocol import types
 
@@ -19,8 +19,19 @@ from kevin_agent.progress import verdict_line
 from kevin_agent.run_table import better_choice
 from kevin_agent.lsp.runs import RunState
 
-if TYPE_CHECKING:
-    from kevin_agent.lsp.server import KevinServer
+
+
+class RunDisplay(Protocol):
+    """What the reporter needs from the language server (``server.KevinServer``)."""
+
+    work_done_progress: Any
+
+    def call_in_loop(self, fn: Any, *args: Any) -> None: ...
+    def log(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None: ...
+    def supports_progress(self) -> bool: ...
+    def publish_run_diagnostics(self, uri: str) -> None: ...
+    def refresh_lenses(self) -> None: ...
+    async def conclude(self, state: RunState) -> None: ...
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +71,7 @@ def result_message(state: RunState) -> str:
 class Reporter:
     """Implements runs.RunListener for one server."""
 
-    def __init__(self, server: "KevinServer") -> None:
+    def __init__(self, server: RunDisplay) -> None:
         self.server = server
         self.tokens: dict[tuple[str, str], str] = {}  # run key -> progress token
         self.ready: dict[str, bool] = {}  # token -> begin sent

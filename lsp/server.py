@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException

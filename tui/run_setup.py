@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Optional
 
 from kevin_agent.errors import UserInputError
-from kevin_agent.loop.settings import RunSettings
 from kevin_agent.runs.request import RunRequest
 from kevin_agent.runs.service import RunService
 
@@ -28,7 +27,7 @@ class SetupValues:
 def default_values(service: RunService, repo_root: Optional[Path]) -> SetupValues:
     """Defaults from [tool.kevin] / kevin.toml and the environment (as `kevin optimize` reads them)."""
     settings = service.backend_settings({}, repo_root)
-    defaults = RunSettings()
+    defaults = RunRequest()
     return SetupValues(
         backend=settings.backend, endpoint=settings.resolved_base_url, model=settings.model,
         script=settings.script or "", trajectories=str(defaults.trajectories),

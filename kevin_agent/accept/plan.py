@@ -120,12 +120,9 @@ def _original_class(path: Path, class_name: str) -> ast.ClassDef:
 
 def _target_dir(target_dir: Optional[Path], repo_root: Optional[Path], source: Path) -> Path:
     if target_dir is None:
-        try:
-            from kevin_agent.config import load_config
+        from kevin_agent.config import load_config
 
-            configured: Any = load_config(repo_root or source.parent).get(CONFIG_KEY)
-        except ImportError:  # pragma: no cover - config lands with another issue
-            configured = None
+        configured: Any = load_config(repo_root or source.parent).get(CONFIG_KEY)
         if not configured:
             return source.parent
         target_dir = Path(str(configured))

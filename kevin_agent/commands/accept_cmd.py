@@ -36,13 +36,9 @@ def _ask(question: str) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from kevin_agent.accept import accept, plan_accept, preflight
-    from kevin_agent.store import RunStore
+    from kevin_agent.store import load_stored_run
 
-    store = RunStore.for_path(Path.cwd())
-    try:
-        record = store.load_run(args.run)
-    finally:
-        store.close()
+    record = load_stored_run(args.run)
     plan = plan_accept(record, args.candidate, target_dir=args.target_dir)
     commit = args.commit
     if commit is None:

@@ -16,13 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kevin_agent.accept import plan_accept
-    from kevin_agent.store import RunStore
+    from kevin_agent.store import load_stored_run
 
-    store = RunStore.for_path(Path.cwd())
-    try:
-        record = store.load_run(args.run)
-    finally:
-        store.close()
+    record = load_stored_run(args.run)
     plan = plan_accept(record, args.candidate, target_dir=args.target_dir)
     text = plan.diff(color=sys.stdout.isatty())
     if not text:

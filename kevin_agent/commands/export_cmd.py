@@ -23,11 +23,11 @@ def run(args: argparse.Namespace) -> int:
     from kevin_agent.export import export_rl
     from kevin_agent.store import RunStore
 
-    store = RunStore.for_path(Path.cwd())
-    record = store.load_run(args.run_id)
+    with RunStore.for_path(Path.cwd()) as store:
+        record = store.load_run(args.run_id)
+        messages = store.load_messages(record.run_id)
     out = Path(args.output) if args.output else None
-    samples, text = export_rl(record, store.load_messages(record.run_id), out, args.gamma,
-                              args.aggregate)
+    samples, text = export_rl(record, messages, out, args.gamma, args.aggregate)
     if out is None:
         sys.stdout.write(text)
     else:

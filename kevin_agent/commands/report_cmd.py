@@ -18,8 +18,8 @@ def run(args: argparse.Namespace) -> int:
     from kevin_agent.report import write_report
     from kevin_agent.store import RunStore
 
-    store = RunStore.for_path(Path.cwd())
-    record = store.load_run(args.run_id)
+    with RunStore.for_path(Path.cwd()) as store:
+        record = store.load_run(args.run_id)
     out_dir = Path(args.output) if args.output else store.path.parent / "reports"
     if out_dir.exists() and not out_dir.is_dir():
         raise UserInputError(f"-o {out_dir}: exists and is not a folder")

@@ -19,8 +19,8 @@ def run(args: argparse.Namespace) -> int:
     from kevin_agent.progress import stdout_console
     from kevin_agent.store import RunStore
 
-    store = RunStore.for_path(Path.cwd())
-    runs = store.list_runs()
+    with RunStore.for_path(Path.cwd()) as store:
+        runs = store.list_runs()
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in runs], indent=2))
         return 0

@@ -14,14 +14,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from kevin_agent.progress import print_run_result, stdout_console
-    from kevin_agent.store import RunStore
+    from kevin_agent.store import load_stored_run
     from kevin_agent.verdict_text import render_verdict
 
-    store = RunStore.for_path(Path.cwd())
-    record = store.load_run(args.run_id)
+    record = load_stored_run(args.run_id)
     if args.candidate is None:
         origin = record.task.origin
         where = f"{origin.path}::{origin.class_name}" if origin else record.task.class_name

@@ -3,7 +3,6 @@ optimize -> question -> accept flow, the commit lands in a temporary repository.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys

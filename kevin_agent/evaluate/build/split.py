@@ -182,7 +182,14 @@ def split_cuda_source(source: str) -> SplitSources:
     chunks = raw_chunks(source)
     for chunk in chunks:
         classify(chunk)
-    sides = _place(chunks)
+    splitter = _Splitter(chunks, _place(chunks))
+    for chunk, side in zip(chunks, splitter.sides):
+        splitter.add(chunk, side)
+    return splitter.result()
+
+
+def _kernel_signatures(chunks: list[Chunk]) -> dict[str, KernelSignature]:
+    """Every kernel's signature (its definition's, over earlier declarations); no overloads."""
     kernels: dict[str, KernelSignature] = {}
     defined_kernels: set[str] = set()
     for chunk in chunks:
@@ -194,59 +201,83 @@ def split_cuda_source(source: str) -> SplitSources:
                 kernels[chunk.name] = kernel_signature(chunk.code, chunk.name)
             if defined:
                 defined_kernels.add(chunk.name)
-    device_only = {n for c, s in zip(chunks, sides) if s == DEVICE for n in c.defines}
-    visible_both = {n for c, s in zip(chunks, sides) if s == BOTH for n in c.defines}
-    host_only = {n for c, s in zip(chunks, sides) if s == HOST for n in c.defines}
+    return kernels
 
-    host_parts: list[str] = [HOST_PRELUDE]
-    device_parts: list[str] = [DEVICE_PRELUDE]
-    declared: set[str] = set()
-    instantiations: list[str] = []
-    prototypes_needed: dict[str, str] = {}
-    for chunk, side in zip(chunks, sides):
+
+class _Splitter:
+    """Places each chunk in the kernel file, the host file or both, rewriting launches."""
+
+    def __init__(self, chunks: list[Chunk], sides: list[str]) -> None:
+        self.chunks, self.sides = chunks, sides
+        self.kernels = _kernel_signatures(chunks)
+        placed = list(zip(chunks, sides))
+        self.device_only = {n for c, s in placed if s == DEVICE for n in c.defines}
+        self.visible_both = {n for c, s in placed if s == BOTH for n in c.defines}
+        self.host_only = {n for c, s in placed if s == HOST for n in c.defines}
+        self.host_parts: list[str] = [HOST_PRELUDE]
+        self.device_parts: list[str] = [DEVICE_PRELUDE]
+        self.declared: set[str] = set()
+        self.instantiations: list[str] = []
+
+    def add(self, chunk: Chunk, side: str) -> None:
         if side in (DEVICE, BOTH):
-            if side == DEVICE and chunk.uses & host_only:
-                raise SplitRefused(f"device code uses host-only name '{sorted(chunk.uses & host_only)[0]}' (line {chunk.line})")
-            device_parts.append(_line(chunk.line) + _ensure_newline(chunk.text))
+            if side == DEVICE and chunk.uses & self.host_only:
+                name = sorted(chunk.uses & self.host_only)[0]
+                raise SplitRefused(f"device code uses host-only name '{name}' (line {chunk.line})")
+            self.device_parts.append(_line(chunk.line) + _ensure_newline(chunk.text))
         if side not in (HOST, BOTH):
-            continue
-        text, code = chunk.text, chunk.code
-        launches: list[Launch] = find_launches(text, code) if side == HOST else []
+            return
+        launches: list[Launch] = find_launches(chunk.text, chunk.code) if side == HOST else []
+        text = self._rewrite_launches(chunk.text, launches)
+        if side == HOST:
+            self._declare_device_names(chunk, _blank_launches(chunk.code, launches))
+        self.host_parts.append(_line(chunk.line) + _ensure_newline(text))
+
+    def _rewrite_launches(self, text: str, launches: list[Launch]) -> str:
+        """Each ``k<<<...>>>(...)`` becomes a call of the generated launcher (declared once)."""
         for launch in sorted(launches, key=lambda x: x.start, reverse=True):
-            sig = kernels.get(launch.kernel)
+            sig = self.kernels.get(launch.kernel)
             if sig is None:
                 raise SplitRefused(f"launch of '{launch.kernel}', which is not a kernel of this source")
-            if sig.template_params is not None:
-                if launch.template_args is None:
-                    raise SplitRefused(f"templated kernel '{launch.kernel}' is launched with deduced template arguments")
-                for args in concrete_template_args(launch, visible_both):
-                    inst = launcher_instantiation(sig, args)
-                    if inst not in instantiations:
-                        instantiations.append(inst)
-            elif launch.template_args is not None:
-                raise SplitRefused(f"kernel '{launch.kernel}' is not a template but is launched with template arguments")
+            self._instantiate(sig, launch)
             text = text[: launch.start] + rewrite_launch(text, launch) + text[launch.end :]
-            if launch.kernel not in declared:
-                declared.add(launch.kernel)
-                host_parts.append(_line(1, GENERATED_NAME) + launcher_declaration(sig) + "\n")
-        if side == HOST:
-            remaining = set(IDENT.findall(_blank_launches(code, launches)))
-            for name in sorted(remaining & device_only):
-                proto = _prototype_for(chunks, sides, name)
-                if proto is None:
-                    what = "constant memory written from host code" if "cudaMemcpyToSymbol" in code else f"torch code uses device-side name '{name}'"
-                    raise SplitRefused(f"{what} (line {chunk.line})")
-                prototypes_needed.setdefault(name, proto)
-                if name not in declared:
-                    declared.add(name)
-                    host_parts.append(_line(1, GENERATED_NAME) + proto + "\n")
-        host_parts.append(_line(chunk.line) + _ensure_newline(text))
-    if not kernels:
-        raise SplitRefused("no __global__ kernel found")
-    device_parts.append(_line(1, GENERATED_NAME))
-    device_parts.extend(launcher_definition(kernels[k]) for k in sorted(declared) if k in kernels)
-    device_parts.extend(i + "\n" for i in instantiations)
-    return SplitSources("".join(device_parts), "".join(host_parts), tuple(kernels))
+            if launch.kernel not in self.declared:
+                self.declared.add(launch.kernel)
+                self.host_parts.append(_line(1, GENERATED_NAME) + launcher_declaration(sig) + "\n")
+        return text
+
+    def _instantiate(self, sig: KernelSignature, launch: Launch) -> None:
+        if sig.template_params is None:
+            if launch.template_args is not None:
+                raise SplitRefused(f"kernel '{launch.kernel}' is not a template but is launched with "
+                                   "template arguments")
+            return
+        if launch.template_args is None:
+            raise SplitRefused(f"templated kernel '{launch.kernel}' is launched with deduced template arguments")
+        for args in concrete_template_args(launch, self.visible_both):
+            inst = launcher_instantiation(sig, args)
+            if inst not in self.instantiations:
+                self.instantiations.append(inst)
+
+    def _declare_device_names(self, chunk: Chunk, code: str) -> None:
+        """Host code naming a function defined in the kernel file gets its prototype."""
+        for name in sorted(set(IDENT.findall(code)) & self.device_only):
+            proto = _prototype_for(self.chunks, self.sides, name)
+            if proto is None:
+                what = ("constant memory written from host code" if "cudaMemcpyToSymbol" in code
+                        else f"torch code uses device-side name '{name}'")
+                raise SplitRefused(f"{what} (line {chunk.line})")
+            if name not in self.declared:
+                self.declared.add(name)
+                self.host_parts.append(_line(1, GENERATED_NAME) + proto + "\n")
+
+    def result(self) -> SplitSources:
+        if not self.kernels:
+            raise SplitRefused("no __global__ kernel found")
+        device = self.device_parts + [_line(1, GENERATED_NAME)]
+        device += [launcher_definition(self.kernels[k]) for k in sorted(self.declared) if k in self.kernels]
+        device += [i + "\n" for i in self.instantiations]
+        return SplitSources("".join(device), "".join(self.host_parts), tuple(self.kernels))
 
 
 def _blank_launches(code: str, launches: list[Launch]) -> str:

@@ -88,27 +88,6 @@ class ConstEval:
         raise NotStatic("format arguments")
 
 
-def _bind_assignments(body: list[ast.stmt], env: dict[str, Any]) -> None:
-    """Record simple ``NAME = <constant expression>`` bindings of a block, in order."""
-    evaluate = _ConstEval(env)
-    for stmt in body:
-        targets: list[ast.expr] = []
-        value: ast.expr | None = None
-        if isinstance(stmt, ast.Assign):
-            targets, value = stmt.targets, stmt.value
-        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
-            targets, value = [stmt.target], stmt.value
-        elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
-            targets = [stmt.target]
-            value = ast.BinOp(left=ast.Name(id=stmt.target.id, ctx=ast.Load()), op=stmt.op, right=stmt.value)
-        for target in targets:
-            if isinstance(target, ast.Name):
-                try:
-                    env[target.id] = evaluate(value)  # type: ignore[arg-type]
-                except (NotStatic, TypeError, ValueError, KeyError, IndexError):
-                    env.pop(target.id, None)  # rebinding to something dynamic hides the old value
-
-
 def bind_assignments(body: list[ast.stmt], env: dict[str, Any]) -> None:
     """Record simple ``NAME = <constant expression>`` bindings of a block, in order."""
     evaluate = ConstEval(env)

@@ -19,14 +19,6 @@ ALLOWED_TORCH_CALLS = frozenset({
     "promote_types", "result_type", "dtype", "get_device",
 })
 
-# torch.cuda.<name>(...) calls that are fine in a candidate.
-ALLOWED_TORCH_CUDA_CALLS = frozenset({
-    "is_available", "current_device", "device_count", "set_device", "device", "synchronize",
-    "current_stream", "default_stream", "get_device_name", "get_device_properties",
-    "get_device_capability", "manual_seed", "manual_seed_all", "empty_cache", "memory_allocated",
-    "max_memory_allocated", "memory_reserved", "is_initialized", "init",
-})
-
 # torch.cuda.<name> that create or switch to another stream (rule extra-stream).
 TORCH_STREAM_NAMES = frozenset({"Stream", "stream", "ExternalStream", "set_stream", "StreamContext"})
 
