@@ -79,6 +79,25 @@ def test_key_changes_with_flags_and_sources_not_with_name(cache_root):
     assert BuildCache(cache_root, arch="8.0").key(spec) != key
 
 
+@pytest.mark.parametrize("field", ["torch_version", "cuda_version", "nvcc_version", "cxx", "abi", "std"])
+def test_key_changes_with_the_toolchain(cache_root, field):
+    """An extension built by another torch, nvcc or compiler is never taken from the cache."""
+    cache = BuildCache(cache_root, arch="9.0")
+    (spec,) = extract_static(ADD.read_text())
+    key = cache.key(spec)
+    changed = BuildCache(cache_root, arch="9.0")
+    value = getattr(cache.toolchain, field)
+    changed._toolchain = dataclasses.replace(cache.toolchain, **{field: value + 1 if isinstance(value, int)
+                                                                 else f"{value}-other"})
+    assert changed.key(spec) != key
+
+
+def test_key_changes_with_the_layout(cache_root):
+    """A split build and a whole (load_inline layout) build are different entries."""
+    (spec,) = extract_static(ADD.read_text())
+    assert BuildCache(cache_root, arch="9.0", split=False).key(spec) != BuildCache(cache_root, arch="9.0").key(spec)
+
+
 def test_arch_resolution(monkeypatch):
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
     assert resolve_arch(None) == "8.0;9.0+PTX"

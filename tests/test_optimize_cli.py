@@ -93,9 +93,14 @@ def verdict_count(db: Path) -> int:
         return 0
 
 
-def test_killed_run_resumes_and_the_store_holds_everything(repo):
-    plan = {(i, t): m for i in range(2) for t, m in enumerate(("slow", "quick"))}
-    args = optimize_args(repo, plan, 1.0, "-m", "2", "-n", "2", "--json")
+def test_killed_run_resumes_and_the_store_holds_everything(repo, fake_server):
+    """SIGKILL after the first verdict; --resume asks the model only for the unfinished turn
+    (every request reaches a real HTTP server, which counts them)."""
+    server = fake_server([{"match": "previous attempts", "text": reply("quick")},
+                          {"match": "architecture", "text": reply("slow")}])
+    replay = write_replay(repo.parent / "replay.json", 1.0)
+    args = ["optimize", "add.py::Model", "--backend", "openai", "--base-url", server.url,
+            "--evaluator", f"replay:{replay}", "--gpu", "NVIDIA H100", "-m", "2", "-n", "2", "--json"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KEVIN_", "OPENAI_"))}
     process = subprocess.Popen([sys.executable, "-m", "kevin_agent", *args], cwd=repo, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -113,8 +118,9 @@ def test_killed_run_resumes_and_the_store_holds_everything(repo):
     assert interrupted.status == "running"
     judged = [c.id for c, v in interrupted.candidates if v is not None]
     assert judged == ["t0.0"] and len(interrupted.candidates) == 2
+    assert len(server.requests) == 2  # turn 0, both trajectories
 
-    resumed = kevin(repo, "optimize", "--resume", "latest", "--json")
+    resumed = kevin(repo, "optimize", "--resume", "latest", "--json", "--base-url", server.url)
     assert resumed.returncode == 0, resumed.stderr
     summary = json.loads(resumed.stdout)
     assert summary["run_id"] == interrupted.run_id and summary["status"] == "done"
@@ -123,6 +129,10 @@ def test_killed_run_resumes_and_the_store_holds_everything(repo):
         ("t0.0", Stage.TIMING), ("t1.0", Stage.TIMING), ("t0.1", Stage.TIMING), ("t1.1", Stage.TIMING)]
     assert final.best_speedup() == pytest.approx(2.0)
     assert len(RunStore.for_path(repo).list_runs()) == 1
+    # finished work was not redone: t1.0 was only evaluated, and only turn 1 went to the model
+    after = server.requests[2:]
+    assert len(after) == 2
+    assert all("previous attempts" in body["messages"][-1]["content"] for body in after)
 
 
 def test_cli_errors_are_one_line_with_exit_codes(repo, monkeypatch, capsys):

@@ -133,3 +133,30 @@ async def test_a_failing_evaluator_fails_the_run_not_the_server(launch, tmp_path
     assert "failed" in client.diagnostics[uri][0].message
     lenses = await _lenses(client, uri)
     assert lenses[0].command.command == "kevin.optimize"  # ready to run again
+
+
+async def test_the_write_action_is_disabled_while_the_class_has_a_run(launch, tmp_path, repo):
+    """A second run of the same class is never offered while one is queued or running."""
+    plan = {(i, t): "slow" for i in range(2) for t in range(4)}
+    env, script = write_fixtures(tmp_path, plan, delay_s=0.4)
+    editor, _ = await launch(env, repo, init_options=scripted(script, turns=4))
+    client = editor.client
+    uri = open_doc(client, repo / "model.py")
+    body = (repo / "model.py").read_text().splitlines().index(
+        "    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:")
+
+    async def rewrite_action():
+        found = await client.text_document_code_action_async(types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri), range=types.Range(
+                types.Position(body, 4), types.Position(body, 4)), context=types.CodeActionContext(diagnostics=[])))
+        (action,) = [a for a in found if a.kind == types.CodeActionKind.RefactorRewrite]
+        return action
+
+    assert (await rewrite_action()).disabled is None
+    await execute(client, "kevin.optimize", uri, "Model")
+    await wait_until(lambda: any(m.startswith("Kevin Model t") for m in logs(client)), what="a verdict")
+    busy = await rewrite_action()
+    assert busy.disabled is not None and "already running" in busy.disabled.reason
+    assert await execute(client, "kevin.cancel", uri, "Model") == {"cancelled": True}
+    await wait_until(lambda: editor.questions, what="the question after cancel")
+    assert (await rewrite_action()).disabled is None  # the run is over: the action is back

@@ -1,0 +1,166 @@
+"""The run service as each face uses it: start, resume, cancel, close, and one player per run.
+
+Real parts throughout: the scripted backend, the replay evaluator, a SQLite store in a temp folder.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from kevin_agent.errors import UserInputError
+from kevin_agent.evaluate.replay import ReplayEvaluator
+from kevin_agent.events import RunDone, RunStarted, VerdictReady
+from kevin_agent.runs.request import RunRequest
+from kevin_agent.runs.service import RunService
+from kevin_agent.runs.state import RunView
+from kevin_agent.store import RunStore
+from loop_fixtures import TASK_FILE, write_replay, write_script
+
+PLAN = {(0, 0): "slow", (1, 0): "broken", (0, 1): "quick", (1, 1): "wrong"}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class CountingReplay(ReplayEvaluator):
+    """The replay evaluator, counting closes."""
+
+    closed = 0
+
+    def close(self) -> None:
+        CountingReplay.closed += 1
+
+
+@pytest.fixture()
+def project(tmp_path) -> Path:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "add.py").write_text(TASK_FILE.read_text())
+    return folder
+
+
+def request(project: Path, tmp_path: Path, plan=PLAN, **overrides) -> RunRequest:
+    script = write_script(tmp_path / "script.json", plan)
+    values = dict(target=str(project / "add.py"), trajectories=2, turns=2, config_dir=project,
+                  backend_flags={"backend": "scripted", "script": str(script)},
+                  evaluator=f"replay:{write_replay(tmp_path / 'replay.json', 0.2)}", gpu_name="NVIDIA H100")
+    values.update(overrides)
+    return RunRequest(**values)
+
+
+def test_cli_use_one_run_then_close_everything(project, tmp_path):
+    events = []
+    made = []
+
+    def make_evaluator(spec, settings):
+        made.append(CountingReplay(spec.removeprefix("replay:")))
+        return made[-1]
+
+    CountingReplay.closed = 0
+    with RunService(environ={}, make_evaluator=make_evaluator) as service:
+        outcome = service.run(request(project, tmp_path), events.append)
+        store = service.store_for(project)
+        assert outcome.exit_code == 0 and outcome.record.status == "done"
+        assert store.load_run(outcome.record.run_id).best()[0].id == "t0.1"
+    assert len(made) == 1 and CountingReplay.closed == 1  # the service closed what it opened
+    with pytest.raises(Exception):
+        store.list_runs()  # the store is closed too
+    view = RunView()
+    for event in events:
+        view.apply(event)
+    assert view.status == "done" and view.evaluated == 4 and view.best_speedup == pytest.approx(2.0)
+    assert isinstance(events[0], RunStarted) and isinstance(events[-1], RunDone)
+
+
+def test_cancel_then_resume_continues_the_stored_run(project, tmp_path):
+    cancel = threading.Event()
+
+    def stop_after_first_verdict(event):
+        if isinstance(event, VerdictReady):
+            cancel.set()
+
+    with RunService(environ={}) as service:
+        first = service.open(request(project, tmp_path), stop_after_first_verdict)
+        cancelled = first.play(cancel)
+        assert cancelled.exit_code == 130 and cancelled.record.status == "cancelled"
+        kept = [c.id for c, v in cancelled.record.candidates if v is not None]
+        resumed = service.run(RunRequest(resume=first.run_id, config_dir=project))
+    assert resumed.record.run_id == first.run_id and resumed.record.status == "done"
+    assert [c.id for c, v in resumed.record.candidates if v is not None] == ["t0.0", "t1.0", "t0.1", "t1.1"]
+    assert set(kept) <= {"t0.0", "t1.0"}
+    with pytest.raises(UserInputError, match="already done"):
+        RunService(environ={}).open(RunRequest(resume=first.run_id, config_dir=project))
+
+
+def test_language_server_use_many_runs_share_one_evaluator(project, tmp_path):
+    opened = []
+
+    def make_evaluator(spec, settings):
+        opened.append(spec)
+        return ReplayEvaluator(spec.removeprefix("replay:"))
+
+    from kevin_agent.task import load_task
+
+    task = load_task(str(project / "add.py"))
+    with RunService(environ={}, make_evaluator=make_evaluator) as service:
+        base = request(project, tmp_path, target=None, task=task)
+        outcomes = [service.run(base) for _ in range(2)]
+    assert [o.record.status for o in outcomes] == ["done", "done"]
+    assert outcomes[0].record.run_id != outcomes[1].record.run_id
+    assert len(opened) == 1  # warm workers are kept between runs
+
+
+def test_terminal_ui_use_injected_evaluator_and_store_are_not_closed(project, tmp_path):
+    replay = CountingReplay(write_replay(tmp_path / "r.json"))
+    CountingReplay.closed = 0
+    store = RunStore(tmp_path / "store" / "runs.sqlite")
+    service = RunService(environ={}, evaluator=replay, store=store)
+    outcome = service.run(request(project, tmp_path, run_id="fixed-id"))
+    service.close()
+    assert outcome.record.run_id == "fixed-id" and CountingReplay.closed == 0
+    assert store.load_run("fixed-id").status == "done"  # still open: it belongs to the caller
+
+
+def test_bad_requests_are_one_line_errors(project, tmp_path):
+    with RunService(environ={}) as service:
+        with pytest.raises(UserInputError, match="name a module"):
+            service.open(RunRequest(config_dir=project))
+        with pytest.raises(UserInputError, match="not both"):
+            service.open(RunRequest(target="add.py", resume="latest", config_dir=project))
+        with pytest.raises(UserInputError, match="at least 1"):
+            service.open(request(project, tmp_path, trajectories=0))
+
+
+HOLD = """
+import sys, threading
+from pathlib import Path
+from kevin_agent.runs.request import RunRequest
+from kevin_agent.runs.service import RunService
+service = RunService(environ={})
+prepared = service.open(RunRequest(resume=sys.argv[1], config_dir=Path(sys.argv[2])))
+print("locked", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_run_is_played_by_one_process_at_a_time(project, tmp_path):
+    with RunService(environ={}) as service:
+        cancel = threading.Event()
+        cancel.set()  # stops before any turn: the run stays resumable
+        run_id = service.open(request(project, tmp_path)).play(cancel).record.run_id
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, run_id, str(project)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(UserInputError, match=f"pid {holder.pid}"):
+            RunService(environ={}).open(RunRequest(resume=run_id, config_dir=project))
+    finally:
+        holder.kill()
+        holder.wait(10)
+    with RunService(environ={}) as service:  # the holder died: its lock went with it
+        assert service.run(RunRequest(resume=run_id, config_dir=project)).record.status == "done"
