@@ -18,6 +18,15 @@ DEFAULT_BASE_URL = "http://localhost:8000/v1"  # what `vllm serve cognition-ai/K
 DEFAULT_MODEL = "cognition-ai/Kevin-32B"
 BACKEND_NAMES = ("openai", "vllm", "scripted")
 
+POLICIES = ("strict", "partial")
+SANDBOX_MODES = ("auto", "required", "off")
+# environment variable -> evaluation setting (EvalSettings field)
+EVAL_ENV_VARS: tuple[tuple[str, str], ...] = (
+    ("KEVIN_POLICY", "policy"),
+    ("KEVIN_SANDBOX", "sandbox"),
+    ("KEVIN_CLUSTER", "cluster"),
+)
+
 # environment variable -> BackendSettings field (earlier entries win for the same field)
 ENV_VARS: tuple[tuple[str, str], ...] = (
     ("KEVIN_BACKEND", "backend"),
@@ -194,3 +203,43 @@ def resolve_backend_settings(
     if settings.backend == "scripted" and not settings.script:
         raise UserInputError("the scripted backend needs a script file: --script FILE")
     return settings
+
+
+def _eval_value(key: str, value: Any) -> Any:
+    """Check one evaluation setting; raises ValueError with the reason."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("expected a non-empty string")
+    text = value.strip()
+    allowed = {"policy": POLICIES, "sandbox": SANDBOX_MODES}.get(key)
+    if allowed is not None and text not in allowed:
+        raise ValueError(f"expected one of {', '.join(allowed)}")
+    if key == "cluster" and text != "auto" and not text.startswith("ray://"):
+        raise ValueError("expected 'auto' or a Ray address such as ray://head:10001")
+    return text
+
+
+def resolve_eval_settings(
+    flags: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    config: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The evaluation settings (policy, sandbox, cluster) that differ from the defaults:
+    flags (None ignored) > env > config file; UserInputError naming a bad value."""
+    values: dict[str, Any] = {}
+    sources: list[tuple[Mapping[str, Any], str]] = []
+    if config:
+        source = getattr(config, "source", None)
+        sources.append((config, str(source) if source else "the config"))
+    for var, key in EVAL_ENV_VARS:
+        if env and env.get(var):
+            sources.append(({key: env[var]}, f"environment variable {var}"))
+    if flags:
+        sources += [({k: v}, f"option --{k.replace('_', '-')}") for k, v in flags.items() if v is not None]
+    for source, where in sources:
+        for key, raw in source.items():
+            if key in ("policy", "sandbox", "cluster") and raw is not None:
+                try:
+                    values[key] = _eval_value(key, raw)
+                except ValueError as err:
+                    raise UserInputError(f"bad value for {key!r} in {where}: {raw!r} ({err})") from None
+    return values

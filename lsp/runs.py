@@ -70,10 +70,10 @@ class RunState:
     def message(self) -> str:
         return self.view.message
 
-    def request(self, backend_flags: dict[str, Any], folder: Path) -> RunRequest:
+    def request(self, backend_flags: dict[str, Any], eval_flags: dict[str, Any], folder: Path) -> RunRequest:
         """The run service request for this class's run (config looked up from ``folder``)."""
         return RunRequest(task=self.task, trajectories=self.trajectories, turns=self.turns,
-                          backend_flags=backend_flags, config_dir=folder)
+                          backend_flags=backend_flags, eval_flags=eval_flags, config_dir=folder)
 
     def summary(self) -> str:
         """One line for a diagnostic, lens or progress report."""

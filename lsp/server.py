@@ -161,7 +161,8 @@ class KevinServer(LanguageServer):
         """Called on the run worker thread: the run service opens the class's run."""
         path = uri_path(state.uri)
         assert path is not None
-        request = state.request(self.settings.backend_flags(), repo_root(path) or path.parent)
+        request = state.request(self.settings.backend_flags(), self.settings.eval_flags(),
+                                repo_root(path) or path.parent)
         return self.service.open(request, events)
 
     async def conclude(self, state: RunState) -> None:

@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from kevin_agent.config import BACKEND_NAMES
+from kevin_agent.config import BACKEND_NAMES, POLICIES, SANDBOX_MODES
 
 SECTION = "kevin"
 MAX_TRAJECTORIES = 64
@@ -26,11 +26,18 @@ class LspSettings:
     script: Optional[str] = None  # scripted backend: file of recorded responses (tests, demos)
     trajectories: int = 4
     turns: int = 4
+    policy: Optional[str] = None  # "strict" | "partial"
+    sandbox: Optional[str] = None  # "auto" | "required" | "off"
+    cluster: Optional[str] = None  # "auto" | "ray://HEAD:10001"
 
     def backend_flags(self) -> dict[str, Any]:
         """The BackendSettings overrides these settings make (None: not set)."""
         return {"backend": self.backend, "base_url": self.endpoint, "model": self.model,
                 "script": self.script}
+
+    def eval_flags(self) -> dict[str, Any]:
+        """The evaluation overrides these settings make (None: not set)."""
+        return {"policy": self.policy, "sandbox": self.sandbox, "cluster": self.cluster}
 
 
 def _text(value: Any) -> str:
@@ -57,6 +64,23 @@ def _backend(value: Any) -> str:
     return text
 
 
+def _one_of(choices: tuple[str, ...]):
+    def check(value: Any) -> str:
+        text = _text(value)
+        if text not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return text
+
+    return check
+
+
+def _cluster(value: Any) -> str:
+    text = _text(value)
+    if text != "auto" and not text.startswith("ray://"):
+        raise ValueError("expected 'auto' or ray://HEAD:PORT")
+    return text
+
+
 def _endpoint(value: Any) -> str:
     text = _text(value)
     if not text.startswith(("http://", "https://")):
@@ -71,6 +95,9 @@ _CHECKS = {
     "script": _text,
     "trajectories": _count(MAX_TRAJECTORIES),
     "turns": _count(MAX_TURNS),
+    "policy": _one_of(POLICIES),
+    "sandbox": _one_of(SANDBOX_MODES),
+    "cluster": _cluster,
 }
 
 

@@ -117,3 +117,24 @@ def test_string_numbers_from_env_style_values_convert() -> None:
     settings = resolve_backend_settings({"max_model_len": "65536", "stream": "false",
                                          "timeout_s": "30"}, {}, {})
     assert (settings.max_model_len, settings.stream, settings.timeout_s) == (65536, False, 30.0)
+
+
+def test_evaluation_settings_flags_beat_env_beat_config():
+    from kevin_agent.config import resolve_eval_settings
+
+    config = {"policy": "partial", "cluster": "ray://head:10001", "sandbox": "required"}
+    assert resolve_eval_settings({}, {}, config) == config
+    env = {"KEVIN_POLICY": "strict", "KEVIN_CLUSTER": "auto"}
+    assert resolve_eval_settings({"sandbox": "off", "policy": None}, env, config) == {
+        "policy": "strict", "cluster": "auto", "sandbox": "off"}
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("policy", "loose", "strict, partial"), ("sandbox", "maybe", "auto, required, off"),
+    ("cluster", "http://head", "ray://"),
+])
+def test_bad_evaluation_settings_name_the_fix(key, value, message):
+    from kevin_agent.config import resolve_eval_settings
+
+    with pytest.raises(UserInputError, match=message):
+        resolve_eval_settings({key: value})

@@ -22,16 +22,19 @@ class SetupValues:
     trajectories: str = "4"
     turns: str = "4"
     target_speedup: str = ""
+    policy: str = "strict"
+    cluster: str = ""
 
 
 def default_values(service: RunService, repo_root: Optional[Path]) -> SetupValues:
     """Defaults from [tool.kevin] / kevin.toml and the environment (as `kevin optimize` reads them)."""
     settings = service.backend_settings({}, repo_root)
+    evaluation = service.eval_settings({}, repo_root)
     defaults = RunRequest()
     return SetupValues(
         backend=settings.backend, endpoint=settings.resolved_base_url, model=settings.model,
         script=settings.script or "", trajectories=str(defaults.trajectories),
-        turns=str(defaults.turns),
+        turns=str(defaults.turns), policy=evaluation.policy, cluster=evaluation.cluster or "",
     )
 
 
@@ -71,4 +74,5 @@ def run_request(values: SetupValues, project: Optional[Path], target: Optional[s
     return RunRequest(trajectories=_whole(values.trajectories, "trajectories"),
                       turns=_whole(values.turns, "turns"),
                       target_speedup=_speedup(values.target_speedup), backend_flags=flags,
+                      eval_flags={"policy": values.policy, "cluster": values.cluster.strip() or None},
                       target=target, evaluator=evaluator, config_dir=project, run_id=run_id)

@@ -28,6 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arch", default=None, metavar="9.0",
                         help="CUDA architecture to build for (default: the device's)")
     parser.add_argument("--cache", default=None, metavar="DIR", help="build cache directory")
+    parser.add_argument("--policy", choices=("strict", "partial"), default=None,
+                        help="strict (only your own CUDA kernels; the default) or partial (library "
+                             "and PyTorch kernels allowed beside your own)")
+    parser.add_argument("--sandbox", choices=("auto", "required", "off"), default=None,
+                        help="confine the candidate with Landlock and seccomp (default auto)")
 
 
 def _positive(text: str) -> int:
@@ -60,6 +65,9 @@ def _arch(text: str | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import os
+
+    from kevin_agent.config import load_config, resolve_eval_settings
     from kevin_agent.evaluate.api import EvalSettings
     from kevin_agent.evaluate.evaluator import CudaEvaluator
     from kevin_agent.task import load_task
@@ -74,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         with_torch_compile=not args.no_torch_compile,
         arch=_arch(args.arch),
         cache_dir=Path(args.cache).expanduser() if args.cache else None,
+        **resolve_eval_settings({"policy": args.policy, "sandbox": args.sandbox}, os.environ, load_config(None)),
     )
     evaluator = CudaEvaluator(settings)
     try:

@@ -13,6 +13,24 @@ import threading
 from typing import Any
 
 
+def add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
+    """--policy, --sandbox, --cluster (shared with `kevin eval`)."""
+    parser.add_argument("--policy", choices=("strict", "partial"), default=None,
+                        help="what may run on the GPU: strict (only your own CUDA kernels, Kevin's "
+                             "setting; the default) or partial (library and PyTorch kernels allowed "
+                             "beside your own, KernelBench's rule)")
+    parser.add_argument("--sandbox", choices=("auto", "required", "off"), default=None,
+                        help="confine model-written code with the kernel's Landlock and seccomp: "
+                             "auto (when available; the default), required, off")
+    parser.add_argument("--cluster", default=None, metavar="ADDRESS",
+                        help="evaluate on a Ray cluster: 'auto' or ray://HEAD:10001 "
+                             "(needs `pip install 'kevin-agent[ray]'`)")
+
+
+def eval_flags(args: argparse.Namespace) -> dict[str, object]:
+    return {"policy": args.policy, "sandbox": args.sandbox, "cluster": args.cluster}
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -33,16 +51,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="beam mode: after each turn keep the K fastest trajectories, fork each")
     parser.add_argument("--beam-every", type=_positive_int, default=1, metavar="T",
                         help="turns between beam selections (default 1)")
-    parser.add_argument("--backend", choices=("vllm", "openai", "scripted"), default=None)
+    parser.add_argument("--backend", choices=("vllm", "openai", "scripted"), default=None,
+                        help="where replies come from: openai (any OpenAI-compatible server, the "
+                             "default), vllm (in-process vllm.LLM), scripted (recorded replies)")
     parser.add_argument("--base-url", default=None, metavar="URL",
                         help="OpenAI-compatible endpoint (default http://localhost:8000/v1)")
-    parser.add_argument("--model", default=None, metavar="M")
+    parser.add_argument("--model", default=None, metavar="NAME",
+                        help="model name sent to the server (default cognition-ai/Kevin-32B)")
     parser.add_argument("--script", default=None, metavar="FILE",
                         help="recorded responses for --backend scripted")
     parser.add_argument("--evaluator", default=None, metavar="SPEC",
                         help="'cuda' (default) or 'replay:FILE' (recorded verdicts, no GPU)")
-    parser.add_argument("--max-tokens", type=_positive_int, default=None, metavar="N")
-    parser.add_argument("--temperature", type=float, default=None, metavar="T")
+    parser.add_argument("--max-tokens", type=_positive_int, default=None, metavar="N",
+                        help="cap on generated tokens per reply (default 16384; Kevin writes 16k-22k)")
+    parser.add_argument("--temperature", type=float, default=None, metavar="T",
+                        help="sampling temperature (default 0.9, as in Kevin's paper)")
+    add_evaluation_arguments(parser)
     parser.add_argument("--gpu", default=None, metavar="NAME", help="GPU named in the prompt")
     parser.add_argument("--json", action="store_true", help="print a machine-readable summary")
     parser.add_argument("--resume", default=None, metavar="RUN",
@@ -66,7 +90,7 @@ def run_request(args: argparse.Namespace) -> Any:
     return RunRequest(
         target=args.target, resume=args.resume, trajectories=args.trajectories, turns=args.turns,
         target_speedup=args.target_speedup, beam_keep=args.beam, beam_every=args.beam_every,
-        backend_flags=flags, evaluator=args.evaluator, gpu_name=args.gpu,
+        backend_flags=flags, eval_flags=eval_flags(args), evaluator=args.evaluator, gpu_name=args.gpu,
     )
 
 

@@ -31,6 +31,9 @@ class EvalSettings:
     arch: Optional[str] = None  # TORCH_CUDA_ARCH_LIST value; detected from the device when None
     cache_dir: Optional[Path] = None  # build cache; default ~/.cache/kevin-agent/build
     seed: int = 42
+    policy: str = "strict"  # "strict" (pure CUDA, Kevin's setting) | "partial" (KernelBench's rule)
+    sandbox: str = "auto"  # "auto" (confine when the kernel can) | "required" | "off"
+    cluster: Optional[str] = None  # None (this machine) | "auto" | "ray://HEAD:10001"
 
 
 class Evaluator(ABC):

@@ -26,6 +26,7 @@ class RunRequest:
     beam_keep: Optional[int] = None
     beam_every: int = 1
     backend_flags: Mapping[str, Any] = field(default_factory=dict)
+    eval_flags: Mapping[str, Any] = field(default_factory=dict)  # policy, sandbox, cluster overrides
     evaluator: Optional[str] = None  # "cuda" | "replay:PATH"; None: $KEVIN_EVALUATOR, else cuda
     gpu_name: Optional[str] = None  # the GPU named in prompts; detected when None
     config_dir: Optional[Path] = None  # where the config file is looked up; None: from the cwd up

@@ -9,6 +9,7 @@ evaluator) and closed by ``close``. Faces only turn input into a request and eve
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from dataclasses import dataclass
@@ -46,6 +47,12 @@ def _open_evaluator(spec: Optional[str], settings: EvalSettings) -> Evaluator:
     from kevin_agent.evaluate.evaluator import open_evaluator
 
     return open_evaluator(spec, settings)
+
+
+def _with_flags(settings: EvalSettings, flags: Mapping[str, Any]) -> EvalSettings:
+    from kevin_agent.config import resolve_eval_settings
+
+    return dataclasses.replace(settings, **resolve_eval_settings(flags))
 
 
 @dataclass
@@ -153,9 +160,17 @@ class RunService:
                 self._evaluators[key] = self._make_evaluator(spec, settings)
             return self._evaluators[key]
 
+    def eval_settings(self, flags: Mapping[str, Any], folder: Optional[Path],
+                      base: EvalSettings = EvalSettings()) -> EvalSettings:
+        """Policy, sandbox and cluster: flags > environment > config file > ``base``."""
+        from kevin_agent.config import resolve_eval_settings
+
+        return dataclasses.replace(base, **resolve_eval_settings(flags, self.environ, load_config(folder)))
+
     def new_settings(self, request: RunRequest) -> RunSettings:
         """The settings of a new run; UserInputError naming the one that cannot work."""
         settings = RunSettings(
+            eval=self.eval_settings(request.eval_flags, request.config_dir),
             trajectories=request.trajectories, turns=request.turns,
             target_speedup=request.target_speedup, beam_keep=request.beam_keep,
             beam_every=request.beam_every,
@@ -203,6 +218,7 @@ class RunService:
             settings.backend = self.backend_settings({**stored_backend, **request.given_flags},
                                                      request.config_dir)
             settings.evaluator = request.evaluator or settings.evaluator
+            settings.eval = _with_flags(settings.eval, request.eval_flags)  # flags beat the stored ones
             backend = self.backend(settings.backend)
             evaluator = self.evaluator(settings.evaluator, settings.eval)
             session = Session.resumed(record, settings, backend, evaluator, store, events)

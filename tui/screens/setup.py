@@ -9,7 +9,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
 
-from kevin_agent.config import BACKEND_NAMES
+from kevin_agent.config import BACKEND_NAMES, POLICIES
 from kevin_agent.errors import KevinError
 from kevin_agent.tui.discovery import ModuleEntry
 from kevin_agent.tui.run_setup import SetupValues, run_request
@@ -21,6 +21,7 @@ TEXT_FIELDS = (  # (field of SetupValues, label, placeholder)
     ("trajectories", "Trajectories", "4"),
     ("turns", "Turns", "4"),
     ("target_speedup", "Target speedup", "none: play every turn"),
+    ("cluster", "Ray cluster", "none: this machine (or auto, ray://head:10001)"),
 )
 
 
@@ -48,6 +49,12 @@ class SetupScreen(Screen):
                 backend = values.backend if values.backend in BACKEND_NAMES else "openai"
                 yield Select([(name, name) for name in BACKEND_NAMES], value=backend,
                              allow_blank=False, compact=True, id="backend")
+            with Horizontal(classes="field"):
+                yield Label("Policy")
+                yield Select([("strict: own kernels only", "strict"),
+                              ("partial: libraries allowed", "partial")],
+                             value=values.policy if values.policy in POLICIES else "strict",
+                             allow_blank=False, compact=True, id="policy")
             for name, label, placeholder in TEXT_FIELDS:
                 with Horizontal(classes="field"):
                     yield Label(label)
@@ -65,7 +72,8 @@ class SetupScreen(Screen):
     def values(self) -> SetupValues:
         found = {name: self.query_one(f"#{name}", Input).value for name, _, _ in TEXT_FIELDS}
         backend = self.query_one("#backend", Select).value
-        return SetupValues(backend=str(backend), **found)
+        policy = self.query_one("#policy", Select).value
+        return SetupValues(backend=str(backend), policy=str(policy), **found)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()

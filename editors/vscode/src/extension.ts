@@ -2,6 +2,7 @@
 // server's kevin.* commands on the nn.Module class at the cursor. All logic lives in the server.
 import * as vscode from "vscode";
 import {
+  DidChangeConfigurationNotification,
   LanguageClient,
   LanguageClientOptions,
   ServerOptions,
@@ -10,13 +11,21 @@ import {
 
 let client: LanguageClient | undefined;
 
-const SETTINGS = ["backend", "endpoint", "model", "trajectories", "turns"] as const;
+const SETTINGS = [
+  "backend", "endpoint", "model", "script", "trajectories", "turns", "policy", "sandbox", "cluster",
+] as const;
 
+/** Only the settings the user set (user, workspace or folder): defaults are left to the project's
+ * kevin.toml / [tool.kevin] and the environment, which the server reads itself. */
 function kevinSettings(): Record<string, unknown> {
   const config = vscode.workspace.getConfiguration("kevin");
   const values: Record<string, unknown> = {};
   for (const key of SETTINGS) {
-    values[key] = config.get(key);
+    const found = config.inspect(key);
+    const value = found?.workspaceFolderValue ?? found?.workspaceValue ?? found?.globalValue;
+    if (value !== undefined && value !== "") {
+      values[key] = value;
+    }
   }
   return values;
 }
@@ -29,7 +38,15 @@ function makeClient(): LanguageClient {
   const clientOptions: LanguageClientOptions = {
     documentSelector: [{ scheme: "file", language: "python" }],
     initializationOptions: { kevin: kevinSettings() },
-    synchronize: { configurationSection: "kevin" },
+    middleware: {
+      workspace: {
+        // workspace/configuration: answer with what the user set, never package.json defaults
+        configuration: (params, token, next) =>
+          params.items.some((item) => item.section === "kevin")
+            ? params.items.map((item) => (item.section === "kevin" ? kevinSettings() : null))
+            : next(params, token),
+      },
+    },
   };
   return new LanguageClient("kevin", "Kevin", serverOptions, clientOptions);
 }
@@ -80,6 +97,15 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       await client?.stop();
       client = makeClient();
       await client.start();
+    }),
+  );
+  context.subscriptions.push(
+    vscode.workspace.onDidChangeConfiguration((change) => {
+      if (change.affectsConfiguration("kevin") && client) {
+        void client.sendNotification(DidChangeConfigurationNotification.type, {
+          settings: { kevin: kevinSettings() },
+        });
+      }
     }),
   );
   client = makeClient();
