@@ -110,11 +110,25 @@ class TimingStats:
     max_ms: float
     iqr_ms: float
     trials: int
+    ci_low_ms: float | None = None  # 95% confidence interval of the median (order statistics)
+    ci_high_ms: float | None = None
 
     @property
     def spread(self) -> float:
         """Interquartile range relative to the median."""
         return self.iqr_ms / self.median_ms if self.median_ms > 0 else 0.0
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> TimingStats:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in names})
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The median's confidence interval (the median itself when none was measured)."""
+        low = self.ci_low_ms if self.ci_low_ms is not None else self.median_ms
+        high = self.ci_high_ms if self.ci_high_ms is not None else self.median_ms
+        return low, high
 
 
 @dataclass
@@ -156,6 +170,9 @@ class VerdictDetails:
     gpu_name: str | None = None
     torch_version: str | None = None
     cuda_version: str | None = None
+    gpu_uuid: str | None = None  # the physical device it ran on
+    lane: str | None = None  # which lane of the evaluator ran it, e.g. "cuda:0" or "ray:node-2/cuda:1"
+    baseline_cached: bool | None = None  # eager / torch.compile timings reused, not re-measured
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -166,7 +183,7 @@ class VerdictDetails:
         values = {k: v for k, v in raw.items() if k in names}
         for key in ("eager", "compiled", "kernel"):
             if isinstance(values.get(key), dict):
-                values[key] = TimingStats(**values[key])
+                values[key] = TimingStats.from_dict(values[key])
         return cls(**values)
 
 

@@ -10,6 +10,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Callable, ContextManager, Mapping, Optional, Sequence
 
 from kevin_agent.data import Stage, Verdict, VerdictDetails
 from kevin_agent.errors import EnvironmentProblem
@@ -65,8 +66,11 @@ class _Worker:
         return self.proc.pid
 
 
+Gate = Callable[[], ContextManager[object]]  # held from job handover to the process's end
+
+
 class WorkerPool:
-    """Spawns one fresh worker per job, with one spare started ahead.
+    """Spawns one fresh worker per job, with ``spares`` started ahead (a ready one is waiting).
 
     ``command`` replaces the worker command (tests use stand-in workers). ``base_env`` is the
     environment to scrub (default: ``os.environ`` at spawn time). Thread-safe for one caller at a
@@ -80,6 +84,7 @@ class WorkerPool:
         run_timeout_s: float = 180.0,
         start_timeout_s: float = 180.0,
         spare: bool = True,
+        spares: int = 1,
         scratch_root: Optional[Path] = None,
         base_env: Optional[Mapping[str, str]] = None,
         extra_env: Optional[Mapping[str, str]] = None,
@@ -88,14 +93,14 @@ class WorkerPool:
         self.command = tuple(command) if command else DEFAULT_WORKER_COMMAND
         self.run_timeout_s = run_timeout_s
         self.start_timeout_s = start_timeout_s
-        self.use_spare = spare
+        self.spares = max(0, spares) if spare else 0
         self.base_env = base_env
         self.extra_env = dict(extra_env or {})
         self.keep_scratch = keep_scratch
         self._own_root = scratch_root is None
         self.scratch_root = Path(scratch_root or tempfile.mkdtemp(prefix="kevin-workers-"))
         self.scratch_root.mkdir(parents=True, exist_ok=True)
-        self._spare: Optional[_Worker] = None
+        self._spare_workers: list[_Worker] = []
         self._running: Optional[_Worker] = None
         self._lock = threading.Lock()
         self._closed = False
@@ -123,22 +128,31 @@ class WorkerPool:
             )
         return _Worker(proc, scratch, stdout_path, stderr_path, time.monotonic(), time.time())
 
-    def start_spare(self) -> None:
-        """Start a spare worker now unless one is already waiting."""
+    def start_spare(self, count: Optional[int] = None) -> None:
+        """Top the waiting spares up to ``count`` (default: ``spares``); dead ones are replaced."""
+        wanted = self.spares if count is None else min(count, self.spares)
         with self._lock:
-            if self._closed or not self.use_spare:
+            if self._closed:
                 return
-            if self._spare is None or self._spare.proc.poll() is not None:
-                if self._spare is not None:
-                    self._discard(self._spare)
-                self._spare = self._spawn()
+            for dead in [w for w in self._spare_workers if w.proc.poll() is not None]:
+                self._spare_workers.remove(dead)
+                self._discard(dead)
+            while len(self._spare_workers) < wanted:
+                self._spare_workers.append(self._spawn())
 
     def _take_worker(self) -> _Worker:
+        """The oldest live spare (ready first), else a new process."""
         with self._lock:
-            worker, self._spare = self._spare, None
-        if worker is not None and worker.proc.poll() is not None:
-            self._discard(worker)  # a spare that died while waiting: never blame a candidate for it
-            worker = None
+            spares, self._spare_workers = self._spare_workers, []
+        worker = None
+        for candidate in spares:
+            if worker is None and candidate.proc.poll() is None:
+                worker = candidate
+            elif candidate.proc.poll() is not None:
+                self._discard(candidate)  # a spare that died while waiting: never blame a candidate
+            else:
+                with self._lock:
+                    self._spare_workers.append(candidate)
         return self._claim(worker or self._spawn())
 
     def _claim(self, worker: _Worker) -> _Worker:
@@ -191,12 +205,15 @@ class WorkerPool:
         )
 
     # -- the job -----------------------------------------------------------------------------
-    def run(self, job: WorkerJob, cancel: Optional[threading.Event] = None,
-            start_next: bool = True) -> WorkerResult:
+    def run(self, job: WorkerJob, cancel: Optional[threading.Event] = None, start_next: bool = True,
+            timeout_s: Optional[float] = None, gate: Optional[Gate] = None) -> WorkerResult:
         """Evaluate one job in a fresh process (its result and scratch paths are set here).
 
-        With ``start_next`` the next spare starts as soon as this job is handed over (leave it off
-        for the last job of a batch, so no process starts up beside the timing). Raises ``EnvironmentProblem`` only when the worker cannot start twice in a row.
+        With ``start_next`` the spares are topped up as soon as this job is handed over (leave it
+        off for the last job of a batch, so no process starts up beside the timing). ``timeout_s``
+        replaces the pool's run limit for this job; ``gate`` (the GPU lease) is held from handing
+        the job over until the process ended. Raises ``EnvironmentProblem`` only when the worker
+        cannot start twice in a row.
         """
         if self._closed:
             raise RuntimeError("WorkerPool is closed")
@@ -216,7 +233,11 @@ class WorkerPool:
                     return _cancelled_result(worker.pid)
                 raise problem
         try:
-            result = self._run_on(worker, job, cancel, time.monotonic() - entered, start_next)
+            with gate() if gate is not None else contextlib.nullcontext():
+                if stopped():
+                    return _cancelled_result(worker.pid)
+                limit = timeout_s if timeout_s is not None else self.run_timeout_s
+                result = self._run_on(worker, job, cancel, time.monotonic() - entered, start_next, limit)
             result.startup_s = worker.startup_s
             return result
         finally:
@@ -225,7 +246,7 @@ class WorkerPool:
             self._discard(worker)
 
     def _run_on(self, worker: _Worker, job: WorkerJob, cancel: Optional[threading.Event],
-                waited_s: float, start_next: bool) -> WorkerResult:
+                waited_s: float, start_next: bool, limit_s: float) -> WorkerResult:
         result_path = worker.scratch / "result.json"
         job_path = worker.scratch / "job.json"
         job = dataclasses.replace(job, result_path=result_path, scratch_dir=worker.scratch / "work")
@@ -233,17 +254,16 @@ class WorkerPool:
         with self._lock:
             self._running = worker
         handed = time.monotonic()
-        try:
+        try:  # stdin stays open: the worker exits when it closes (this process died)
             assert worker.proc.stdin is not None
             worker.proc.stdin.write((str(job_path) + "\n").encode())
             worker.proc.stdin.flush()
-            worker.proc.stdin.close()
         except (BrokenPipeError, OSError):
             pass  # it died right away; the exit status says why
         if start_next:
             self.start_spare()  # the next candidate's process starts while this one runs
         timed_out = cancelled = False
-        deadline = handed + self.run_timeout_s
+        deadline = handed + limit_s
         while worker.proc.poll() is None:
             if cancel is not None and cancel.is_set():
                 cancelled = True
@@ -266,7 +286,7 @@ class WorkerPool:
             return WorkerResult(crash_verdict("the reference task failed", reply.task_failure_detail),
                                 worker.pid, seconds, returncode, True, stderr_tail=stderr_tail,
                                 waited_s=waited_s, task_failure=reply.task_failure)
-        reason = crash_reason(returncode, timed_out, self.run_timeout_s, result_path.exists())
+        reason = crash_reason(returncode, timed_out, limit_s, result_path.exists())
         return WorkerResult(crash_verdict(reason, stderr_tail), worker.pid, seconds, returncode, True,
                             stderr_tail=stderr_tail, waited_s=waited_s)
 
@@ -274,9 +294,9 @@ class WorkerPool:
         """Kill the spare and any running worker; remove scratch directories."""
         with self._lock:
             self._closed = True
-            spare, self._spare = self._spare, None
+            spares, self._spare_workers = self._spare_workers, []
             running = self._running
-        if spare is not None:
+        for spare in spares:
             self._discard(spare)
         if running is not None:
             kill_group(running.proc)
@@ -291,8 +311,12 @@ class WorkerPool:
 
     @property
     def spare_pid(self) -> Optional[int]:
-        spare = self._spare
-        return spare.pid if spare is not None else None
+        spares = list(self._spare_workers)
+        return spares[0].pid if spares else None
+
+    @property
+    def spare_pids(self) -> list[int]:
+        return [w.pid for w in list(self._spare_workers)]
 
 
 def _cancelled_result(pid: int, seconds: float = 0.0) -> WorkerResult:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from kevin_agent.data import Verdict
+from kevin_agent.data import TimingStats, Verdict
 from kevin_agent.evaluate.api import EvalSettings
 
 READY_LINE = "READY"
@@ -30,6 +30,7 @@ class WorkerExit(enum.IntEnum):
     INTERNAL = 1  # a bug in the worker: traceback on stderr
     BAD_JOB = 2  # the job file is missing or malformed
     NO_CUDA = 3  # no CUDA device: one line on stderr, before READY
+    ORPHANED = 5  # the parent closed our stdin (it died): stopped at once
 
 
 class BadJob(Exception):
@@ -51,15 +52,53 @@ def settings_from_dict(raw: dict[str, Any]) -> EvalSettings:
 
 
 @dataclass
+class Baseline:
+    """The reference measured once per task, GPU and settings, reused for every candidate."""
+
+    eager: TimingStats
+    compiled: Optional[TimingStats] = None  # torch.compile of the reference (None: not timed/failed)
+    torch_compile_seconds: Optional[float] = None  # its build, reported apart
+    flops: Optional[float] = None
+    bytes_moved: Optional[float] = None
+    dtype: str = "float32"  # the dominant dtype of inputs and parameters (speed of light)
+    reference_kernels: Optional[int] = None  # GPU kernel launches of one reference forward
+    inputs: str = ""  # shapes and dtypes of the example inputs, e.g. "float32[4096,4096]"
+    gpu_name: str = ""
+    gpu_uuid: str = ""
+    torch_version: str = ""
+    cuda_version: str = ""
+
+    @property
+    def faster_ms(self) -> float:
+        """The faster of eager and torch.compile (what a kernel must beat)."""
+        times = [self.eager.median_ms] + ([self.compiled.median_ms] if self.compiled else [])
+        return min(times)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Baseline:
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in raw.items() if k in names}
+        for key in ("eager", "compiled"):
+            if isinstance(values.get(key), dict):
+                values[key] = TimingStats.from_dict(values[key])
+        return cls(**values)
+
+
+@dataclass
 class WorkerJob:
-    """One candidate for one GPU worker."""
+    """One job for one GPU worker: judge a candidate, or measure the task's baseline."""
 
     task_source: str
-    candidate_source: str
+    candidate_source: str  # "" for a baseline job
     result_path: Path
     settings: EvalSettings = field(default_factory=EvalSettings)
     cache_dir: Optional[Path] = None  # the build cache the parent filled (None: settings' or default)
     scratch_dir: Optional[Path] = None  # the worker's own folder for the candidate's files
+    baseline: Optional[Baseline] = None  # candidate jobs: the reference's timings to compare with
+    measure_baseline: bool = False  # a baseline job: time the reference only
 
     def to_json(self) -> str:
         return json.dumps({
@@ -67,6 +106,8 @@ class WorkerJob:
             "result_path": str(self.result_path), "settings": settings_to_dict(self.settings),
             "cache_dir": str(self.cache_dir) if self.cache_dir else None,
             "scratch_dir": str(self.scratch_dir) if self.scratch_dir else None,
+            "baseline": self.baseline.to_dict() if self.baseline else None,
+            "measure_baseline": self.measure_baseline,
         })
 
     @classmethod
@@ -86,22 +127,30 @@ class WorkerJob:
             raise BadJob(f"job {path} has bad settings: {exc}") from exc
         cache = raw.get("cache_dir") or settings.cache_dir
         scratch = raw.get("scratch_dir")
+        try:
+            baseline = Baseline.from_dict(raw["baseline"]) if raw.get("baseline") else None
+        except (TypeError, ValueError) as exc:
+            raise BadJob(f"job {path} has a bad baseline: {exc}") from exc
         return cls(raw["task_source"], raw["candidate_source"], Path(raw["result_path"]), settings,
-                   Path(cache) if cache else None, Path(scratch) if scratch else None)
+                   Path(cache) if cache else None, Path(scratch) if scratch else None, baseline,
+                   bool(raw.get("measure_baseline")))
 
 
 @dataclass
 class WorkerReply:
-    """The worker's answer: the candidate's verdict, or why the reference task itself failed."""
+    """The worker's answer: the candidate's verdict (or the measured baseline), or why the
+    reference task itself failed."""
 
     verdict: Optional[Verdict] = None
     task_failure: Optional[str] = None  # one line: the user's module fails, not the candidate
     task_failure_detail: str = ""
+    baseline: Optional[Baseline] = None
 
     def to_json(self) -> str:
         return json.dumps({
             "verdict": self.verdict.to_dict() if self.verdict is not None else None,
             "task_failure": self.task_failure, "task_failure_detail": self.task_failure_detail,
+            "baseline": self.baseline.to_dict() if self.baseline is not None else None,
         })
 
     @classmethod
@@ -110,11 +159,12 @@ class WorkerReply:
         try:
             raw = json.loads(Path(path).read_text())
             verdict = Verdict.from_dict(raw["verdict"]) if raw.get("verdict") else None
+            baseline = Baseline.from_dict(raw["baseline"]) if raw.get("baseline") else None
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        if verdict is None and not raw.get("task_failure"):
+        if verdict is None and baseline is None and not raw.get("task_failure"):
             return None
-        return cls(verdict, raw.get("task_failure"), raw.get("task_failure_detail") or "")
+        return cls(verdict, raw.get("task_failure"), raw.get("task_failure_detail") or "", baseline)
 
 
 @dataclass

@@ -82,6 +82,8 @@ OWN_MODULES: tuple[str, ...] = (
     "kevin_agent.evaluate.worker.speed_of_light",
     "kevin_agent.evaluate.worker.main",
     "kevin_agent.evaluate.worker.stages",
+    "kevin_agent.evaluate.worker.context",
+    "kevin_agent.evaluate.worker.baseline",
     "kevin_agent.evaluate.worker.loader",
     "kevin_agent.feedback",
     "kevin_agent.data",

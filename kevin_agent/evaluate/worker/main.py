@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -35,6 +36,18 @@ def cache_dir_of(job: WorkerJob) -> Path:
     from kevin_agent.evaluate.build.cache import default_cache_root
 
     return default_cache_root()
+
+
+def _exit_with_parent() -> None:
+    """The parent keeps our stdin open while it waits for us; end of file means it died (or gave
+    up on us): exit at once, releasing the GPU, instead of running on unwatched."""
+    def watch() -> None:
+        try:
+            sys.stdin.buffer.read()
+        finally:
+            os._exit(WorkerExit.ORPHANED)
+
+    threading.Thread(target=watch, name="kevin-parent-watch", daemon=True).start()
 
 
 def _prepare_caches(cache_dir: Path) -> None:
@@ -71,10 +84,11 @@ def main() -> int:
     except BadJob as exc:
         print(f"kevin-worker: {exc}", file=sys.stderr, flush=True)
         return WorkerExit.BAD_JOB
+    _exit_with_parent()
     cache_dir = cache_dir_of(job)
     _prepare_caches(cache_dir)
     try:
-        reply = WorkerReply(verdict=evaluate_job(job, cache_dir, captured, device, stream))
+        reply = evaluate_job(job, cache_dir, captured, device, stream)
     except TaskProblem as exc:
         text = str(exc).strip()
         reply = WorkerReply(task_failure=text.splitlines()[-1] if text else "unknown error",

@@ -1,4 +1,5 @@
-"""The worker's stages for one job: load, correctness, timing, speed of light -> one Verdict.
+"""The worker's job: a baseline (the reference timed once), or a candidate's stages
+(load, correctness, timing against the baseline, speed of light) -> one ``WorkerReply``.
 
 Runs inside the isolated worker process only (it executes model-written code).
 """
@@ -8,94 +9,55 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kevin_agent import feedback
-from kevin_agent.data import Stage, Verdict, VerdictDetails
-from kevin_agent.evaluate.api import EvalSettings
-from kevin_agent.evaluate.protocol import WorkerJob
-from kevin_agent.evaluate.worker.loader import describe_exception, install_build_hook, load_module_from_file
+from kevin_agent.data import Stage, Verdict
+from kevin_agent.evaluate.protocol import Baseline, WorkerJob, WorkerReply
+from kevin_agent.evaluate.worker.baseline import measure_baseline
+from kevin_agent.evaluate.worker.context import Context, TaskProblem, environment_details, load_reference
 from kevin_agent.evaluate.worker.correctness import CorrectnessHarness, run_correctness, to_device
-from kevin_agent.evaluate.worker.guards import CapturedReferences, find_patched, patched_message, poison_free_memory, snapshot
-from kevin_agent.evaluate.worker.speed_of_light import (
-    PeakRates, count_flops, dominant_dtype, load_or_measure_peaks, min_bytes, sol_ms, suspicion_reasons, tensors_in,
-)
+from kevin_agent.evaluate.worker.guards import CapturedReferences, snapshot
+from kevin_agent.evaluate.worker.loader import describe_exception, install_build_hook, load_module_from_file
+from kevin_agent.evaluate.worker.speed_of_light import PeakRates, load_or_measure_peaks, sol_ms, suspicion_reasons
 from kevin_agent.evaluate.worker.timing import Clock, Timer, escape_reason, escape_trials, make_flush, stats_from_samples
 
-TIMING_SEED_OFFSET = 10_000
-
-
-class TaskProblem(Exception):
-    """The reference task itself fails (not the candidate's fault)."""
-
-
-@dataclass
-class Context:
-    """Everything a stage needs; callables are the worker's captured originals."""
-
-    captured: CapturedReferences
-    clock: Clock
-    device: Any
-    settings: EvalSettings
-    details: VerdictDetails
-    candidate_path: Path
-    flush: Any = None  # zeroes a buffer larger than twice the L2 cache
-
-    def seed_all(self, seed: int) -> None:
-        self.captured.get("torch.manual_seed")(seed)
-        self.captured.get("torch.cuda.manual_seed")(seed)
-
-    def poison(self) -> int:
-        return poison_free_memory(self.device, self.clock.synchronize)
-
-    def patched(self) -> str | None:
-        names = find_patched(self.captured)
-        return patched_message(names) if names else None
-
-    def fail(self, stage: Stage, message: str, error: str | None = None) -> Verdict:
-        self.details.error = error or message
-        return Verdict(stage, False, message, self.details)
-
-
-def environment_details(device: Any) -> VerdictDetails:
-    import torch
-
-    return VerdictDetails(
-        gpu_name=torch.cuda.get_device_name(device),
-        torch_version=torch.__version__,
-        cuda_version=str(torch.version.cuda),
-    )
+__all__ = ["TaskProblem", "evaluate_job"]
 
 
 def evaluate_job(job: WorkerJob, cache_dir: Path, captured: CapturedReferences, device: Any,
-                 stream: Any) -> Verdict:
-    """All stages for one job. Raises TaskProblem when the reference itself fails."""
+                 stream: Any) -> WorkerReply:
+    """The job's reply. Raises TaskProblem when the reference itself fails."""
     scratch = Path(job.scratch_dir or tempfile.mkdtemp(prefix="kevin-worker-"))
     try:
-        return _evaluate_in(job, cache_dir, scratch, captured, device, stream)
+        ctx = Context(captured, Clock.from_captured(captured, stream), device, job.settings,
+                      environment_details(device), scratch / "candidate.py", make_flush(device))
+        peaks = None if job.measure_baseline else _peaks(cache_dir, ctx)  # before candidate code runs
+        task, reference, init_inputs = load_reference(job.task_source, scratch, ctx)
+        if job.measure_baseline:
+            return WorkerReply(baseline=measure_baseline(ctx, task, reference))
+        baseline = job.baseline or measure_baseline(ctx, task, reference)
+        verdict = _evaluate_candidate(job, cache_dir, ctx, (task, reference, init_inputs), baseline, peaks)
+        verdict.details.baseline_cached = job.baseline is not None
+        return WorkerReply(verdict=verdict)
     finally:
         if job.scratch_dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _evaluate_in(job: WorkerJob, cache_dir: Path, scratch: Path, captured: CapturedReferences,
-                 device: Any, stream: Any) -> Verdict:
-    ctx = Context(captured, Clock.from_captured(captured, stream), device, job.settings,
-                  environment_details(device), scratch / "candidate.py", make_flush(device))
-    peaks = _peaks(cache_dir, ctx)  # measured before any candidate code can disturb the GPU
-    task, reference, init_inputs = _load_reference(job.task_source, scratch, ctx)
-    loaded = _load_candidate(job, cache_dir, ctx, task, init_inputs)
-    if isinstance(loaded, Verdict):
-        return loaded
-    candidate = loaded
+def _evaluate_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, loaded: tuple[Any, Any, Any],
+                        baseline: Baseline, peaks: PeakRates | None) -> Verdict:
+    task, reference, init_inputs = loaded
+    candidate = _load_candidate(job, cache_dir, ctx, task, init_inputs)
+    if isinstance(candidate, Verdict):
+        return candidate
     verdict = _correctness(ctx, task, reference, candidate)
     if verdict is not None:
         return verdict
     if ctx.settings.timing_trials <= 0:
         return Verdict(Stage.CORRECTNESS, True, feedback.correct_untimed(), ctx.details)
-    return _timing(ctx, task, reference, candidate, peaks)
+    return _timing(ctx, task, candidate, baseline, peaks)
 
 
 def _peaks(cache_dir: Path, ctx: Context) -> PeakRates | None:
@@ -104,18 +66,6 @@ def _peaks(cache_dir: Path, ctx: Context) -> PeakRates | None:
     except Exception as exc:  # speed of light is advisory: report without it
         print(f"kevin-worker: speed-of-light peaks unavailable: {exc}", file=sys.stderr)
         return None
-
-
-def _load_reference(source: str, scratch: Path, ctx: Context) -> tuple[Any, Any, Any]:
-    try:
-        task = load_module_from_file(source, scratch / "reference_task.py", "kevin_reference_task")
-        ctx.seed_all(ctx.settings.seed)
-        init_inputs = to_device(list(task.get_init_inputs()), ctx.device)
-        ctx.seed_all(ctx.settings.seed)
-        reference = task.Model(*snapshot(init_inputs)).to(ctx.device)
-    except Exception as exc:
-        raise TaskProblem(describe_exception(exc, scratch / "reference_task.py")) from exc
-    return task, reference, init_inputs
 
 
 def _load_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, task: Any, init_inputs: Any) -> Any:
@@ -177,18 +127,16 @@ def _correctness(ctx: Context, task: Any, reference: Any, candidate: Any) -> Ver
     return ctx.fail(Stage.CORRECTNESS, message, "\n".join(result.problems))
 
 
-def _timing(ctx: Context, task: Any, reference: Any, candidate: Any, peaks: PeakRates | None) -> Verdict:
-    s, d, clock = ctx.settings, ctx.details, ctx.clock
-    ctx.seed_all(s.seed + TIMING_SEED_OFFSET)
-    inputs = to_device(task.get_inputs(), ctx.device)
-    timer = Timer(clock, ctx.flush)
-    reference_inputs = snapshot(inputs)
-    d.eager = stats_from_samples(timer.time(reference, reference_inputs, s.timing_trials, s.warmup_trials))
-    if s.with_torch_compile:
-        d.compiled, d.torch_compile_seconds = _time_compiled(timer, reference, reference_inputs, s)
+def _timing(ctx: Context, task: Any, candidate: Any, baseline: Baseline, peaks: PeakRates | None) -> Verdict:
+    """The candidate timed (adaptive trials, L2 flushed) against the baseline's medians."""
+    s, d = ctx.settings, ctx.details
+    inputs = ctx.timing_inputs(task)
+    timer = Timer(ctx.clock, ctx.flush)
+    d.eager, d.compiled, d.torch_compile_seconds = baseline.eager, baseline.compiled, baseline.torch_compile_seconds
     try:
         candidate_inputs = snapshot(inputs)
-        d.kernel = stats_from_samples(timer.time(candidate, candidate_inputs, s.timing_trials, s.warmup_trials))
+        d.kernel = stats_from_samples(timer.time_adaptive(candidate, candidate_inputs, s.timing_trials,
+                                                          s.warmup_trials))
         synced = stats_from_samples(timer.time_synced(candidate, candidate_inputs, escape_trials(s.timing_trials)))
         escape = escape_reason(d.kernel.median_ms, synced.median_ms, timer.sync_overhead_ms())
     except Exception as exc:
@@ -197,10 +145,11 @@ def _timing(ctx: Context, task: Any, reference: Any, candidate: Any, peaks: Peak
     patched = ctx.patched()
     if patched:
         return ctx.fail(Stage.CORRECTNESS, patched)
-    d.speedup_vs_eager = d.eager.median_ms / d.kernel.median_ms if d.kernel.median_ms > 0 else None
-    if d.compiled is not None and d.kernel.median_ms > 0:
-        d.speedup_vs_compile = d.compiled.median_ms / d.kernel.median_ms
-    _speed_of_light(ctx, reference, inputs, peaks)
+    if d.kernel.median_ms > 0:
+        d.speedup_vs_eager = d.eager.median_ms / d.kernel.median_ms
+        if d.compiled is not None:
+            d.speedup_vs_compile = d.compiled.median_ms / d.kernel.median_ms
+    _speed_of_light(ctx, baseline, peaks)
     d.suspicious_reasons = suspicion_reasons(d.sol_fraction, d.speedup_vs_eager, escape, d.kernel.median_ms, d.sol_ms)
     d.suspicious = bool(d.suspicious_reasons)
     message = feedback.correct(d.speedup_vs_eager or 0.0)
@@ -210,33 +159,10 @@ def _timing(ctx: Context, task: Any, reference: Any, candidate: Any, peaks: Peak
     return Verdict(Stage.TIMING, True, message, d)
 
 
-def _time_compiled(timer: Timer, reference: Any, inputs: Any, s: EvalSettings) -> tuple[Any, float | None]:
-    """torch.compile of the reference: (TimingStats, compile seconds), or (None, None) on failure."""
-    import torch
-
-    try:
-        compiled = torch.compile(reference)
-        seconds = timer.first_call_seconds(compiled, inputs)
-        return stats_from_samples(timer.time(compiled, inputs, s.timing_trials, s.warmup_trials)), seconds
-    except Exception as exc:
-        print(f"kevin-worker: torch.compile of the reference failed: {type(exc).__name__}: {exc}"[:2000],
-              file=sys.stderr)
-        return None, None
-
-
-def _speed_of_light(ctx: Context, reference: Any, inputs: Any, peaks: PeakRates | None) -> None:
+def _speed_of_light(ctx: Context, baseline: Baseline, peaks: PeakRates | None) -> None:
     d = ctx.details
-    try:
-        flops, outputs = count_flops(reference, snapshot(inputs))
-        d.flops = flops
-        d.bytes_moved = float(min_bytes(inputs, reference, outputs))
-    except Exception as exc:
-        print(f"kevin-worker: flop count failed: {exc}", file=sys.stderr)
+    d.flops, d.bytes_moved = baseline.flops, baseline.bytes_moved
+    if peaks is None or d.kernel is None or d.kernel.median_ms <= 0 or d.flops is None or d.bytes_moved is None:
         return
-    if peaks is None or d.kernel is None or d.kernel.median_ms <= 0:
-        return
-    state = list(reference.parameters()) + list(reference.buffers())
-    dtype = dominant_dtype(tensors_in(inputs) + state)
-    d.sol_ms = sol_ms(d.flops, d.bytes_moved, peaks.flops_for(dtype), peaks.bandwidth_bytes_per_s)
+    d.sol_ms = sol_ms(d.flops, d.bytes_moved, peaks.flops_for(baseline.dtype), peaks.bandwidth_bytes_per_s)
     d.sol_fraction = d.sol_ms / d.kernel.median_ms
-

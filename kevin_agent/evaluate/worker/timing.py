@@ -9,6 +9,7 @@ event: if the event-only median is under half of that, the timing is flagged.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -16,12 +17,26 @@ from typing import Any, Callable, Sequence
 from kevin_agent.data import TimingStats
 
 DEFAULT_FLUSH_BYTES = 256 * 1024 * 1024  # when the device does not report its L2 size
+MIN_TRIALS = 20  # adaptive timing: never fewer timed runs than this
+BATCH_TRIALS = 10  # adaptive timing: trials between stability checks
+STABLE_HALF_WIDTH = 0.01  # stop once the median's 95% interval is within +-1% of the median
+Z_95 = 1.959964
 ESCAPE_RATIO = 0.5  # event-only median below this fraction of the synced one: suspicious
 ESCAPE_MIN_GAP_MS = 0.01  # ignore gaps smaller than this (launch and wake-up noise)
 
 
+def median_interval(sorted_ms: Sequence[float]) -> tuple[float, float]:
+    """A distribution-free 95% confidence interval of the median: the order statistics
+    ``n/2 -+ 1.96 sqrt(n)/2`` (binomial, normal approximation), clamped to the sample."""
+    n = len(sorted_ms)
+    half = Z_95 * math.sqrt(n) / 2.0
+    low = max(0, math.floor(n / 2.0 - half) - 1)
+    high = min(n - 1, math.ceil(n / 2.0 + half) - 1)
+    return sorted_ms[low], sorted_ms[high]
+
+
 def stats_from_samples(samples_ms: Sequence[float]) -> TimingStats:
-    """Median, mean, min, max and interquartile range of timed trials (milliseconds)."""
+    """Median (with its 95% interval), mean, min, max and interquartile range (milliseconds)."""
     if not samples_ms:
         raise ValueError("no timing samples")
     values = sorted(float(v) for v in samples_ms)
@@ -29,6 +44,7 @@ def stats_from_samples(samples_ms: Sequence[float]) -> TimingStats:
         q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
     else:
         q1 = q3 = values[0]
+    low, high = median_interval(values)
     return TimingStats(
         median_ms=statistics.median(values),
         mean_ms=statistics.fmean(values),
@@ -36,7 +52,20 @@ def stats_from_samples(samples_ms: Sequence[float]) -> TimingStats:
         max_ms=values[-1],
         iqr_ms=q3 - q1,
         trials=len(values),
+        ci_low_ms=low,
+        ci_high_ms=high,
     )
+
+
+def is_stable(samples_ms: Sequence[float], floor: int = MIN_TRIALS,
+              half_width: float = STABLE_HALF_WIDTH) -> bool:
+    """Enough trials, and the median's 95% interval within ``half_width`` of the median."""
+    if len(samples_ms) < floor:
+        return False
+    values = sorted(samples_ms)
+    middle = statistics.median(values)
+    low, high = median_interval(values)
+    return middle > 0 and max(middle - low, high - middle) <= half_width * middle
 
 
 def spread_of_medians(medians_ms: Sequence[float]) -> float:
@@ -118,6 +147,15 @@ class Timer:
                 pairs.append((start, end))
             c.synchronize()
         return [c.elapsed_time(start, end) for start, end in pairs]
+
+    def time_adaptive(self, fn: Callable[..., Any], args: Sequence[Any], cap: int, warmup: int,
+                      floor: int = MIN_TRIALS) -> list[float]:
+        """Event-only times (ms): batches of ``BATCH_TRIALS`` until ``is_stable`` or ``cap`` runs
+        (at least ``min(floor, cap)``); each trial still L2-flushed."""
+        samples = self.time(fn, args, min(BATCH_TRIALS, cap), warmup)
+        while len(samples) < cap and not is_stable(samples, min(floor, cap)):
+            samples += self.time(fn, args, min(BATCH_TRIALS, cap - len(samples)), 0)
+        return samples
 
     def time_synced(self, fn: Callable[..., Any], args: Sequence[Any], trials: int) -> list[float]:
         """Times (ms) with a whole-device synchronize before the end event of each trial."""

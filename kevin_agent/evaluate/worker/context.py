@@ -1,0 +1,86 @@
+"""What every stage of a worker job shares: the captured originals, the clock, the device, the
+verdict details being filled, and loading the reference task."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kevin_agent.data import Stage, Verdict, VerdictDetails
+from kevin_agent.evaluate.api import EvalSettings
+from kevin_agent.evaluate.worker.correctness import to_device
+from kevin_agent.evaluate.worker.guards import (
+    CapturedReferences,
+    find_patched,
+    patched_message,
+    poison_free_memory,
+    snapshot,
+)
+from kevin_agent.evaluate.worker.loader import describe_exception, load_module_from_file
+from kevin_agent.evaluate.worker.timing import Clock
+
+TIMING_SEED_OFFSET = 10_000
+
+
+class TaskProblem(Exception):
+    """The reference task itself fails (not the candidate's fault)."""
+
+
+@dataclass
+class Context:
+    """Everything a stage needs; callables are the worker's captured originals."""
+
+    captured: CapturedReferences
+    clock: Clock
+    device: Any
+    settings: EvalSettings
+    details: VerdictDetails
+    candidate_path: Path
+    flush: Any = None  # zeroes a buffer larger than twice the L2 cache
+
+    def seed_all(self, seed: int) -> None:
+        self.captured.get("torch.manual_seed")(seed)
+        self.captured.get("torch.cuda.manual_seed")(seed)
+
+    def poison(self) -> int:
+        return poison_free_memory(self.device, self.clock.synchronize)
+
+    def patched(self) -> str | None:
+        names = find_patched(self.captured)
+        return patched_message(names) if names else None
+
+    def fail(self, stage: Stage, message: str, error: str | None = None) -> Verdict:
+        self.details.error = error or message
+        return Verdict(stage, False, message, self.details)
+
+    def timing_inputs(self, task: Any) -> Any:
+        """The inputs every timing of this task uses (their own seed, apart from correctness)."""
+        self.seed_all(self.settings.seed + TIMING_SEED_OFFSET)
+        return to_device(task.get_inputs(), self.device)
+
+
+def environment_details(device: Any) -> VerdictDetails:
+    import torch
+
+    properties = torch.cuda.get_device_properties(device)
+    uuid = getattr(properties, "uuid", None)
+    return VerdictDetails(
+        gpu_name=torch.cuda.get_device_name(device),
+        torch_version=torch.__version__,
+        cuda_version=str(torch.version.cuda),
+        gpu_uuid=f"GPU-{uuid}" if uuid is not None else None,
+    )
+
+
+def load_reference(source: str, scratch: Path, ctx: Context) -> tuple[Any, Any, Any]:
+    """(task module, reference Model on the device, init inputs); TaskProblem when it fails."""
+    try:
+        task = load_module_from_file(source, scratch / "reference_task.py", "kevin_reference_task")
+        ctx.seed_all(ctx.settings.seed)
+        init_inputs = to_device(list(task.get_init_inputs()), ctx.device)
+        ctx.seed_all(ctx.settings.seed)
+        reference = task.Model(*snapshot(init_inputs)).to(ctx.device)
+    except Exception as exc:
+        raise TaskProblem(describe_exception(exc, scratch / "reference_task.py")) from exc
+    return task, reference, init_inputs
