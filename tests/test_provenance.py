@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -564,3 +565,36 @@ def test_profile_forward_glue_with_a_fake_profiler(tmp_path):
     acts = profile_forward(lambda x: calls.append(f"forward:{x}"), (7,), None, handles, raw_trace_path=tmp_path / "raw.json")
     assert calls == ["sync", "profile:CPU,CUDA", f"range:{FORWARD_ANNOTATION}", "forward:7", "sync"]
     assert (tmp_path / "raw.json").is_file() and launch_count(acts) == 6
+
+
+def test_profile_forward_with_the_real_profiler_on_cpu(tmp_path):
+    """The real torch.profiler path on a machine without a GPU: the range and CPU ops are exported in the
+    categories the parser reads, and no GPU work means no activities."""
+    torch = pytest.importorskip("torch")
+    from kevin_agent.evaluate.provenance.profile import ProfilerHandles, capture_handles, profile_forward
+
+    real = capture_handles()
+    handles = ProfilerHandles(real.profile, real.activity, real.record_function, lambda device=None: None, real.no_grad)
+    x = torch.randn(16, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "CUDA is not available, disabling CUDA profiling"
+        acts = profile_forward(lambda a: torch.relu(a @ a), (x,), None, handles, raw_trace_path=tmp_path / "raw.json")
+    events = json.loads((tmp_path / "raw.json").read_text())["traceEvents"]
+    seen = {(e.get("cat"), e.get("name")) for e in events if e.get("ph") == "X"}
+    assert ("user_annotation", FORWARD_ANNOTATION) in seen and ("cpu_op", "aten::mm") in seen
+    assert acts == [] or torch.cuda.is_available()
+
+
+def test_launch_context_falls_back_to_the_external_id():
+    """A launch recorded on a thread without CPU spans still finds its op through Kineto's External id."""
+    raw = {"traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": FORWARD_ANNOTATION, "pid": 1, "tid": 1, "ts": 0, "dur": 100,
+         "args": {"External id": 1}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 20, "args": {"External id": 2}},
+        {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernelEx", "pid": 1, "tid": 99, "ts": 15, "dur": 2,
+         "args": {"External id": 2, "correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "nvjet_tst_64x8_1x2", "pid": 0, "tid": 7, "ts": 40, "dur": 5.0,
+         "args": {"correlation": 7}},
+    ]}
+    (only,) = activities_from_chrome_trace(raw)
+    assert only.context == ("aten::mm",) and only.api == "cuLaunchKernelEx"

@@ -115,7 +115,7 @@ class ProvenanceResult:
                              "role": r.role, "family": r.family} for r in self.kernels],
                 "own_share": self.own_share, "provenance_policy": self.policy, "provenance_ok": self.ok,
                 "foreign_share": self.foreign.share, "partial_would_accept": self.partial_would_accept,
-                "provenance_reasons": list(self.reasons)}
+                "provenance_reasons": list(self.reasons), "reference_launches": self.reference_launches}
 
 
 def judge(kernels: Iterable[KernelActivity] | ProfileTrace,

@@ -109,6 +109,7 @@ class _Span:
     start: float
     end: float
     name: str
+    external_id: Any = None
 
 
 def activities_from_chrome_trace(raw: dict[str, Any] | list[dict[str, Any]],
@@ -151,7 +152,8 @@ def _split_events(events: Iterable[dict[str, Any]]):
         elif category in _CPU_CATEGORIES and category != "python_function":
             start = float(event.get("ts") or 0.0)
             cpu.setdefault((event.get("pid"), event.get("tid")), []).append(
-                _Span(start, start + float(event.get("dur") or 0.0), str(event.get("name", ""))))
+                _Span(start, start + float(event.get("dur") or 0.0), str(event.get("name", "")),
+                      (event.get("args") or {}).get("External id")))
     return gpu, launches, cpu
 
 
@@ -184,4 +186,26 @@ def _launch_contexts(launches: dict[Any, dict[str, Any]], cpu: dict[tuple[Any, A
                 stack.append(span)
                 index += 1
             contexts[correlation] = tuple(s.name for s in stack if s.end >= when)
+    _contexts_by_external_id(launches, cpu, contexts)
     return contexts
+
+
+def _contexts_by_external_id(launches: dict[Any, dict[str, Any]], cpu: dict[tuple[Any, Any], list[_Span]],
+                             contexts: dict[Any, tuple[str, ...]]) -> None:
+    """Fallback for launches recorded on a thread with no CPU spans: Kineto stamps each launch with
+    the ``External id`` of the innermost CPU op or range open at the time; that op and the spans
+    enclosing it on its own thread are the context."""
+    by_id: dict[Any, tuple[tuple[Any, Any], _Span]] = {}
+    for key, spans in cpu.items():
+        for span in spans:
+            if span.external_id is not None:
+                by_id[span.external_id] = (key, span)
+    for correlation, launch in launches.items():
+        if contexts.get(correlation):
+            continue
+        found = by_id.get((launch.get("args") or {}).get("External id"))
+        if found is None:
+            continue
+        key, inner = found
+        enclosing = [s for s in cpu[key] if s.start <= inner.start and s.end >= inner.end]
+        contexts[correlation] = tuple(s.name for s in sorted(enclosing, key=lambda s: (s.start, -s.end)))
