@@ -1,0 +1,153 @@
+"""The kernels actually built into an extension ``.so``, read from the binary (no cuobjdump).
+
+Two sources, unioned:
+
+* **Host stubs.** For every ``__global__`` function nvcc emits a host stub named
+  ``__device_stub__<mangled kernel without its leading underscore>``. It shows in the symbol
+  table as a local function (``_Z37__device_stub__Z10add_kernelPKfS0_PfiPKfS0_Pfi``) or, when the
+  compiler inlined a template stub, only through its function-local statics
+  (``_ZZL43__device_stub__Z12scale_kernelIfEvPKT_PS0_iPKfPfiE8__handle``). The number before
+  ``__device_stub__`` is the length of the stub's identifier, which gives the kernel's mangled
+  name exactly (``_Z10add_kernelPKfS0_Pfi``). ``.symtab`` and ``.dynsym`` are both read; a stripped
+  ``.so`` keeps no local symbols, so this source then finds nothing.
+* **Embedded cubins.** Each fatbin in the ``.nv_fatbin`` section holds entries; an uncompressed
+  ELF entry is a cubin whose symbol table marks kernel entry points (``STT_FUNC`` with
+  ``st_other & 0x10``, STO_CUDA_ENTRY) under their device names, which is how the profiler sees
+  them (``c_kernel`` for an ``extern "C"`` kernel, where the stub still carries C++ mangling).
+  An uncompressed PTX entry adds its ``.entry`` names. Compressed entries are skipped with a note.
+
+Standard library only; safe to run in the build step (parent side) or in the worker.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+from kevin_agent.evaluate.provenance.elf import STT_FUNC, Elf, ElfError
+
+STUB_MARK = "__device_stub__"
+STO_CUDA_ENTRY = 0x10
+FATBIN_MAGIC = 0xBA55ED50
+FATBIN_ENTRY_PTX, FATBIN_ENTRY_ELF = 1, 2
+_STUB = re.compile(r"(\d+)" + STUB_MARK)
+_PTX_ENTRY = re.compile(rb"\.entry\s+([A-Za-z_$][\w$.]*)\s*\(")
+
+
+@dataclass(frozen=True)
+class ExtensionKernels:
+    """The kernel symbols of one built extension (mangled, or plain for ``extern "C"``)."""
+
+    path: str
+    kernels: tuple[str, ...]
+    from_stubs: int = 0  # how many the host stubs gave
+    from_fatbin: int = 0  # how many the embedded cubins / PTX gave
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.kernels)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> ExtensionKernels:
+        return cls(path=str(raw.get("path", "")), kernels=tuple(raw.get("kernels") or ()),
+                   from_stubs=int(raw.get("from_stubs", 0)), from_fatbin=int(raw.get("from_fatbin", 0)),
+                   notes=tuple(raw.get("notes") or ()))
+
+
+def list_kernels(path: str) -> ExtensionKernels:
+    """Kernels built into the ``.so`` at ``path``; never raises (problems become notes)."""
+    try:
+        with open(path, "rb") as handle:
+            elf = Elf(handle.read())
+    except (OSError, ElfError) as exc:
+        return ExtensionKernels(str(path), (), notes=(f"cannot read {path}: {exc}",))
+    notes: list[str] = []
+    try:
+        stubs = stub_kernels(s.name for s in elf.symbols())
+    except ElfError as exc:
+        stubs, notes = set(), [f"symbol tables unreadable: {exc}"]
+    device: set[str] = set()
+    fatbins = [s for s in elf.sections if "fatbin" in s.name.lower()]
+    for section in fatbins:
+        try:
+            found, more = fatbin_kernels(elf.section_bytes(section))
+        except ElfError as exc:
+            found, more = set(), [f"{section.name} unreadable: {exc}"]
+        device |= found
+        notes += more
+    if not fatbins:
+        notes.append("no .nv_fatbin section")
+    if not stubs:
+        notes.append("no __device_stub__ symbols (stripped .so?)")
+    return ExtensionKernels(str(path), tuple(sorted(stubs | device)), len(stubs), len(device),
+                            tuple(dict.fromkeys(notes)))
+
+
+def stub_kernels(symbol_names: Iterable[str]) -> set[str]:
+    """Mangled kernel names recovered from nvcc host-stub symbols (any symbol that embeds one)."""
+    kernels: set[str] = set()
+    for name in symbol_names:
+        if STUB_MARK not in name:
+            continue
+        for match in _STUB.finditer(name):
+            length = int(match.group(1))
+            start = match.start() + len(match.group(1))
+            identifier = name[start: start + length]
+            if len(identifier) == length and length > len(STUB_MARK) + 1:
+                inner = "_" + identifier[len(STUB_MARK):]
+                if inner.startswith("_Z"):
+                    kernels.add(inner)
+    return kernels
+
+
+def fatbin_kernels(data: bytes | memoryview) -> tuple[set[str], list[str]]:
+    """Kernel entry names in a fatbin section's uncompressed cubins and PTX, plus notes."""
+    buf = memoryview(data)
+    kernels: set[str] = set()
+    notes: list[str] = []
+    compressed = 0
+    for kind, body in _fatbin_entries(buf):
+        if kind == FATBIN_ENTRY_ELF and bytes(body[:4]) == b"\x7fELF":
+            try:
+                symbols = Elf(body).symbols()
+            except ElfError as exc:
+                notes.append(f"embedded cubin unreadable: {exc}")
+                continue
+            kernels.update(s.name for s in symbols if s.type == STT_FUNC and s.other & STO_CUDA_ENTRY)
+        elif kind == FATBIN_ENTRY_PTX and _looks_like_ptx(body):
+            kernels.update(m.group(1).decode("ascii", "replace") for m in _PTX_ENTRY.finditer(bytes(body)))
+        elif kind in (FATBIN_ENTRY_ELF, FATBIN_ENTRY_PTX):
+            compressed += 1
+    if compressed:
+        notes.append(f"{compressed} compressed fatbin entr{'y' if compressed == 1 else 'ies'} not read")
+    return kernels, notes
+
+
+def _looks_like_ptx(body: memoryview) -> bool:
+    head = bytes(body[:4096])
+    return b".version" in head or b".target" in head
+
+
+def _fatbin_entries(buf: memoryview) -> Iterable[tuple[int, memoryview]]:
+    """(kind, payload) of every entry of every fatbin in ``buf`` (fatbins are concatenated, aligned)."""
+    magic = struct.pack("<I", FATBIN_MAGIC)
+    raw = bytes(buf)
+    offset = raw.find(magic)
+    while 0 <= offset and offset + 16 <= len(raw):
+        _magic, _version, header_size, fat_size = struct.unpack_from("<IHHQ", raw, offset)
+        start, end = offset + header_size, min(len(raw), offset + header_size + fat_size)
+        position = start
+        while position + 16 <= end:
+            kind, _entry_version, entry_header, payload = struct.unpack_from("<HHIQ", raw, position)
+            if entry_header < 16 or payload <= 0:
+                break
+            body_start = position + entry_header
+            yield kind, buf[body_start: min(end, body_start + payload)]
+            position = body_start + payload
+        offset = raw.find(magic, max(end, offset + 4))
