@@ -47,6 +47,14 @@ class QueueChanged:
 
 
 @dataclass(frozen=True)
+class GpuWaiting:
+    """The GPU stage waits: another process holds the GPU (its lease)."""
+
+    run_id: str
+    message: str  # "waiting for GPU 0, in use by kevin lsp pid 4242"
+
+
+@dataclass(frozen=True)
 class VerdictReady:
     run_id: str
     candidate: Candidate
@@ -66,6 +74,7 @@ class RunDone:
     best: Candidate | None
     best_verdict: Verdict | None
     cancelled: bool = False
+    notes: tuple[str, ...] = ()  # e.g. how far the baselines drifted by the end of the run
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,7 @@ Event = Union[
     TokensGenerated,
     CandidateGenerated,
     QueueChanged,
+    GpuWaiting,
     VerdictReady,
     TurnDone,
     RunDone,

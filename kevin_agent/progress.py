@@ -9,6 +9,7 @@ from typing import IO, Any, Optional
 from kevin_agent.events import (
     CandidateGenerated,
     Event,
+    GpuWaiting,
     RunDone,
     RunFailed,
     RunStarted,
@@ -61,6 +62,8 @@ class PlainProgress:
             return f"  {c.id}: generated, {c.tokens} tokens{problem}"
         if isinstance(event, VerdictReady):
             return verdict_line(event)
+        if isinstance(event, GpuWaiting):
+            return f"  {event.message}"
         if isinstance(event, TurnDone):
             return f"turn {event.turn} done; best so far {_speedup(event.best_speedup or None)}"
         if isinstance(event, RunDone):
@@ -110,9 +113,10 @@ class LiveProgress:
 
         with self._lock:
             v = self.view
+            waiting = f" · {v.waiting}" if v.waiting else ""
             header = Text(f"run {v.run_id} · {v.class_name} · turn {turn_label(v.turn, v.turns)}"
                           f" · compile queue {v.compiling} · GPU queue {v.timing} · best "
-                          f"{_speedup(v.best_speedup or None)}", no_wrap=True, overflow="ellipsis")
+                          f"{_speedup(v.best_speedup or None)}{waiting}", no_wrap=True, overflow="ellipsis")
             table = Table()
             table.add_column("trajectory", justify="right")
             table.add_column("tokens", justify="right")
@@ -162,3 +166,5 @@ def print_run_result(console: Any, record: RunRecord) -> None:
     """The table of candidates and the conclusion, as ``kevin optimize`` and ``kevin show`` end."""
     console.print(candidates_table(candidate_rows(record), f"run {record.run_id} ({record.status})"))
     console.print(conclude(record).text, highlight=False, markup=False)
+    for note in record.notes:
+        console.print(f"Note: {note}.", highlight=False, markup=False)

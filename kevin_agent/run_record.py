@@ -37,6 +37,7 @@ class RunRecord:
     updated: str = ""
     error: Optional[str] = None  # the one-line failure message of a failed run
     parents: dict[str, Optional[str]] = field(default_factory=dict)  # candidate id -> previous turn's
+    notes: list[str] = field(default_factory=list)  # e.g. how far the baselines drifted by the end
 
     def best(self) -> tuple[Candidate, Verdict] | None:
         """The fastest candidate that counts as best (correct, timed, not suspicious)."""

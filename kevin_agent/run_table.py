@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from kevin_agent.data import REPLAY_GPU_NAME, Candidate, Verdict
+from kevin_agent.data import REPLAY_GPU_NAME, Candidate, TimingStats, Verdict, VerdictDetails
 from kevin_agent.run_record import RunRecord
 
 def plural(count: int, word: str) -> str:
@@ -72,22 +72,54 @@ class Conclusion:
     speedup_vs_eager: Optional[float]
     speedup_vs_compile: Optional[float]
     win: bool  # beats the faster of eager and torch.compile
-    better_choice: str  # "kernel" | "torch.compile" | "eager"
+    better_choice: str  # "kernel" | "tie" | "torch.compile" | "eager"
     text: str  # one or two plain sentences for the user
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def better_choice(speedup_vs_eager: Optional[float], speedup_vs_compile: Optional[float]) -> str:
-    """"kernel" only when it beats the faster of eager and torch.compile (eager alone when
-    torch.compile was not timed); otherwise "torch.compile" or "eager", whichever is faster."""
+MIN_MARGIN = 0.02  # a kernel must also be at least 2% faster than the baseline to win
+
+
+def compare_times(kernel: Optional[TimingStats], baseline: Optional[TimingStats]) -> str:
+    """"faster", "slower" or "tie": faster only when the kernel's median interval lies wholly
+    below the baseline's and the medians differ by at least ``MIN_MARGIN``."""
+    if kernel is None or baseline is None or kernel.median_ms <= 0 or baseline.median_ms <= 0:
+        return "tie"
+    (k_low, k_high), (b_low, b_high) = kernel.interval, baseline.interval
+    if k_high < b_low and baseline.median_ms >= (1 + MIN_MARGIN) * kernel.median_ms:
+        return "faster"
+    if b_high < k_low and kernel.median_ms >= (1 + MIN_MARGIN) * baseline.median_ms:
+        return "slower"
+    return "tie"
+
+
+def better_choice(details: VerdictDetails) -> str:
+    """"kernel" when it beats the faster of eager and torch.compile beyond the timing noise;
+    "tie" when it is level with it; else "torch.compile" or "eager", whichever is faster."""
+    baselines = [("eager", details.eager)] + ([("torch.compile", details.compiled)] if details.compiled else [])
+    if details.kernel is None or details.eager is None:  # stored without timings: speedups only
+        return _better_by_speedups(details.speedup_vs_eager, details.speedup_vs_compile)
+    name, fastest = min(baselines, key=lambda item: item[1].median_ms)
+    verdict = compare_times(details.kernel, fastest)
+    return {"faster": "kernel", "tie": "tie"}.get(verdict, name)
+
+
+def _better_by_speedups(speedup_vs_eager: Optional[float], speedup_vs_compile: Optional[float]) -> str:
     eager = speedup_vs_eager or 0.0
     if speedup_vs_compile is None:
-        return "kernel" if eager > 1.0 else "eager"
-    if eager > 1.0 and speedup_vs_compile > 1.0:
+        return "kernel" if eager > 1.0 + MIN_MARGIN else "eager"
+    if min(eager, speedup_vs_compile) > 1.0 + MIN_MARGIN:
         return "kernel"
     return "torch.compile" if speedup_vs_compile < eager else "eager"
+
+
+def tie_with(details: VerdictDetails) -> str:
+    """The baseline a tied kernel is level with."""
+    if details.compiled is not None and details.eager is not None and details.compiled.median_ms < details.eager.median_ms:
+        return "torch.compile"
+    return "eager PyTorch"
 
 
 def _fmt(speedup: Optional[float]) -> str:
@@ -108,24 +140,32 @@ def conclude(record: RunRecord) -> Conclusion:
         return Conclusion(None, None, None, False, "eager",
                           f"No correct kernel was found; keep the PyTorch module.{extra}{note}")
     candidate, verdict = best
-    s_eager, s_compile = verdict.details.speedup_vs_eager, verdict.details.speedup_vs_compile
+    better = better_choice(verdict.details)
+    text = _conclusion_text(candidate.id, verdict.details, better, where)
+    return Conclusion(candidate.id, verdict.details.speedup_vs_eager, verdict.details.speedup_vs_compile,
+                      better == "kernel", better, text + note)
+
+
+def _conclusion_text(best_id: str, d: VerdictDetails, better: str, where: str) -> str:
+    s_eager, s_compile = d.speedup_vs_eager, d.speedup_vs_compile
     numbers = f"{_fmt(s_eager)} vs eager, {_fmt(s_compile)} vs torch.compile{where}"
-    better = better_choice(s_eager, s_compile)
-    win = better == "kernel"
     if s_compile is None:
-        text = (f"Best kernel {candidate.id}: {_fmt(s_eager)} vs eager{where} (torch.compile was "
-                f"not timed, so this is a win over eager only)." if win else
-                f"The best kernel ({candidate.id}, {_fmt(s_eager)} vs eager) is not faster than "
-                "eager PyTorch; keep the PyTorch module.")
-    elif win:
-        text = f"Best kernel {candidate.id}: {numbers}: a win over both."
-    elif better == "torch.compile":
-        text = (f"torch.compile is the better choice for this module: the best kernel "
-                f"({candidate.id}) runs {numbers}.")
-    else:
-        text = (f"Eager PyTorch is the better choice for this module (torch.compile does not help "
-                f"either): the best kernel ({candidate.id}) runs {numbers}.")
-    return Conclusion(candidate.id, s_eager, s_compile, win, better, text + note)
+        if better == "kernel":
+            return (f"Best kernel {best_id}: {_fmt(s_eager)} vs eager{where} (torch.compile was not timed, "
+                    "so this is a win over eager only).")
+        if better == "tie":
+            return f"The best kernel ({best_id}, {_fmt(s_eager)} vs eager) ties with eager PyTorch; keep the PyTorch module."
+        return (f"The best kernel ({best_id}, {_fmt(s_eager)} vs eager) is not faster than eager PyTorch; "
+                "keep the PyTorch module.")
+    if better == "kernel":
+        return f"Best kernel {best_id}: {numbers}: a win over both, beyond the timing noise."
+    if better == "tie":
+        return (f"The best kernel ({best_id}, {numbers}) is a tie with {tie_with(d)}: the difference is within "
+                "the timing noise, so it is not a win.")
+    if better == "torch.compile":
+        return f"torch.compile is the better choice for this module: the best kernel ({best_id}) runs {numbers}."
+    return (f"Eager PyTorch is the better choice for this module (torch.compile does not help either): the best "
+            f"kernel ({best_id}) runs {numbers}.")
 
 
 def run_summary_dict(record: RunRecord) -> dict[str, Any]:

@@ -97,6 +97,7 @@ class RunStore:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.executescript(_SCHEMA)
+            self._migrate()
         except (OSError, sqlite3.Error) as err:
             raise EnvironmentProblem(f"cannot open the run store {self.path}: {err}") from None
 
@@ -115,6 +116,12 @@ class RunStore:
             except OSError as err:
                 raise EnvironmentProblem(f"cannot create {kevin_dir}: {err}") from None
         return cls(kevin_dir / STORE_FILE)
+
+    def _migrate(self) -> None:
+        """Columns added since a store was created (older stores open unchanged otherwise)."""
+        columns = {row[1] for row in self._conn.execute("PRAGMA table_info(runs)")}
+        if "notes_json" not in columns:
+            self._conn.execute("ALTER TABLE runs ADD COLUMN notes_json TEXT NOT NULL DEFAULT '[]'")
 
     def close(self) -> None:
         with self._lock:
@@ -149,6 +156,14 @@ class RunStore:
             (run_id, task.class_name, origin_path, stamp, stamp, json.dumps(settings),
              json.dumps(task.to_dict())),
         )
+
+    def add_notes(self, run_id: str, notes: Sequence[str]) -> None:
+        """Append notes for the user (shown with the run's conclusion)."""
+        with self._lock, self._errors():
+            row = self._conn.execute("SELECT notes_json FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            kept = json.loads(row[0]) if row and row[0] else []
+            self._conn.execute("UPDATE runs SET notes_json = ? WHERE run_id = ?",
+                               (json.dumps(kept + list(notes)), run_id))
 
     def set_status(self, run_id: str, status: str, error: Optional[str] = None) -> None:
         if status not in RUN_STATUSES:
@@ -237,7 +252,7 @@ class RunStore:
         """The run with all its candidates and verdicts; ``run_id`` may be ``latest``."""
         run_id = self.resolve_run_id(run_id)
         (row,) = self._query(
-            "SELECT run_id, task_json, settings_json, status, created, updated, error FROM runs "
+            "SELECT run_id, task_json, settings_json, status, created, updated, error, notes_json FROM runs "
             "WHERE run_id = ?", (run_id,)
         )
         rows = self._query(
@@ -260,7 +275,7 @@ class RunStore:
         return RunRecord(
             run_id=row[0], task=Task.from_dict(json.loads(row[1])), settings=json.loads(row[2]),
             status=row[3], created=row[4], updated=row[5], error=row[6], candidates=candidates,
-            parents=parents,
+            parents=parents, notes=json.loads(row[7] or "[]"),
         )
 
     def load_messages(self, run_id: str) -> dict[str, list[Message]]:

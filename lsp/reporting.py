@@ -16,7 +16,7 @@ from lsprotocol import types
 
 from kevin_agent.events import Event, RunDone, RunFailed, VerdictReady
 from kevin_agent.progress import verdict_line
-from kevin_agent.run_table import better_choice
+from kevin_agent.run_table import better_choice, tie_with
 from kevin_agent.lsp.runs import RunState
 
 
@@ -59,8 +59,10 @@ def result_message(state: RunState) -> str:
     if details.speedup_vs_compile is not None:
         text += f" ({details.speedup_vs_compile:.2f}x vs torch.compile"
         text += f" on {details.gpu_name})" if details.gpu_name else ")"
-    better = better_choice(details.speedup_vs_eager, details.speedup_vs_compile)
-    if better != "kernel":  # honest numbers: a kernel is a win only over the faster of the two
+    better = better_choice(details)
+    if better == "tie":  # honest numbers: level within the timing noise is not a win
+        text += f": a tie with {tie_with(details)}, within the timing noise"
+    elif better != "kernel":  # a kernel is a win only over the faster of the two
         text += (": torch.compile is the better choice for this module" if better == "torch.compile"
                  else ": eager PyTorch is the better choice for this module")
     if state.status == "cancelled":

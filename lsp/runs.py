@@ -80,6 +80,8 @@ class RunState:
         best = f", best {self.best_speedup:.2f}x vs eager" if self.best_speedup > 0 else ""
         if self.status == "queued":
             return "Kevin: queued for the GPU"
+        if self.status == "running" and self.view.waiting:
+            return f"Kevin: {self.view.waiting}"
         if self.status == "running":
             return (f"Kevin: turn {turn_label(self.turn, self.turns)}, "
                     f"{plural(self.trajectories, 'trajectory')}, {self.evaluated} evaluated{best}")

@@ -204,11 +204,37 @@ def test_wrong_output_count_and_tuple_outputs():
 
 def test_stats_from_samples():
     stats = stats_from_samples([4.0, 1.0, 3.0, 2.0, 5.0])
-    assert stats == TimingStats(median_ms=3.0, mean_ms=3.0, min_ms=1.0, max_ms=5.0, iqr_ms=2.0, trials=5)
+    assert stats == TimingStats(median_ms=3.0, mean_ms=3.0, min_ms=1.0, max_ms=5.0, iqr_ms=2.0, trials=5,
+                                ci_low_ms=1.0, ci_high_ms=5.0)  # 5 samples: the interval is the whole range
     assert stats.spread == pytest.approx(2.0 / 3.0)
     assert stats_from_samples([0.5]).iqr_ms == 0.0
     with pytest.raises(ValueError):
         stats_from_samples([])
+
+
+def test_median_interval_narrows_with_trials_and_adaptive_timing_stops_when_stable():
+    import random
+
+    from kevin_agent.evaluate.worker.timing import MIN_TRIALS, Timer, is_stable, median_interval
+
+    rng = random.Random(3)
+    few = sorted(rng.gauss(1.0, 0.05) for _ in range(20))
+    many = sorted(rng.gauss(1.0, 0.05) for _ in range(400))
+    assert (median_interval(many)[1] - median_interval(many)[0]) < (median_interval(few)[1] - median_interval(few)[0])
+    assert not is_stable([1.0] * (MIN_TRIALS - 1)) and is_stable([1.0] * MIN_TRIALS)
+
+    class Steady(Timer):  # a kernel whose times are already tight: the floor of trials suffices
+        def __init__(self, noise: float) -> None:
+            self.noise, self.calls = noise, 0
+
+        def time(self, fn, args, trials, warmup):
+            self.calls += trials
+            return [1.0 + rng.uniform(-self.noise, self.noise) for _ in range(trials)]
+
+    steady = Steady(0.001)
+    assert len(steady.time_adaptive(None, (), cap=100, warmup=0)) == MIN_TRIALS
+    noisy = Steady(0.5)  # never within +-1% of the median: the cap ends it
+    assert len(noisy.time_adaptive(None, (), cap=100, warmup=0)) == 100
 
 
 def test_spread_of_medians():

@@ -6,6 +6,7 @@ import textwrap
 from typing import Any, Optional
 
 from kevin_agent.data import Candidate, TimingStats, Verdict
+from kevin_agent.run_table import better_choice, tie_with
 
 RUN_TRAILER = "Kevin-Run"
 CANDIDATE_TRAILER = "Kevin-Candidate"
@@ -22,6 +23,8 @@ def subject(class_name: str, verdict: Verdict) -> str:
     parts = [f"{_x(details.speedup_vs_eager)} eager"]
     if details.speedup_vs_compile is not None:
         parts.append(f"{_x(details.speedup_vs_compile)} torch.compile")
+    if better_choice(details) == "tie":
+        parts.append(f"a tie with {tie_with(details)}")
     parts.append(details.gpu_name or "unknown GPU")
     return f"kevin: CUDA kernel for {class_name} ({', '.join(parts)})"
 
@@ -70,6 +73,9 @@ def _timing_line(verdict: Verdict) -> Optional[str]:
 
 def _verdict_note(verdict: Verdict) -> Optional[str]:
     d = verdict.details
+    if better_choice(d) == "tie":
+        return (f"Note: this kernel ties with {tie_with(d)} on this GPU: the difference is within the "
+                "timing noise (95% intervals of the medians overlap, or under 2%).")
     if d.speedup_vs_compile is not None and d.speedup_vs_compile <= 1.0:
         return (f"Note: torch.compile is faster than this kernel on this GPU "
                 f"({_x(d.speedup_vs_compile)} vs torch.compile); it beats eager only.")

@@ -9,12 +9,13 @@ import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from kevin_agent.data import Task, Verdict
 
 VerdictCallback = Callable[[int, Verdict], None]  # (index into the batch, verdict)
 QueueCallback = Callable[[int, int], None]  # (waiting to compile, waiting for the GPU)
+WaitCallback = Callable[[str], None]  # "waiting for GPU 0, in use by kevin lsp pid 4242"
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,15 @@ class Evaluator(ABC):
         on_verdict: Optional[VerdictCallback] = None,
         on_queue: Optional[QueueCallback] = None,
         cancel: Optional[threading.Event] = None,
+        on_wait: Optional[WaitCallback] = None,
     ) -> list[Verdict]:
-        """Static checks, parallel compile, then GPU runs; one verdict per code, in order."""
+        """Static checks, parallel compile, then GPU runs; one verdict per code, in order.
+        ``on_wait`` hears why the GPU stage is waiting (another process holds the GPU)."""
+
+    def remeasure(self, task: Task) -> list[Any]:
+        """Measure the task's baselines again at the end of a run: their drift (``Drift``s,
+        ``.text()`` for people); none by default."""
+        return []
 
     def check_environment(self) -> None:
         """Raise EnvironmentProblem when this machine cannot evaluate; nothing to check by default."""

@@ -1,71 +1,84 @@
-"""The real evaluator: static checks, parallel compile, then isolated GPU runs one at a time.
+"""The real evaluator: static checks, parallel compiles, then GPU stages spread over lanes.
 
 ``CudaEvaluator.evaluate`` turns every candidate into a ``Verdict`` (failures are data), reports
-verdicts and queue sizes as they change, and honours ``cancel`` between candidates (a running
-worker is killed). ``make_evaluator`` picks the real evaluator or the replay double.
+verdicts and queue sizes as they change, and honours ``cancel`` (a running worker is killed).
+Compiles run in a thread pool; each compiled candidate goes to the first free lane (one per GPU,
+``evaluate.lanes``). A task's baseline (eager and torch.compile) is measured once per GPU model
+and reused. ``make_evaluator`` picks the real evaluator or the replay double.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
-from kevin_agent.data import Stage, Task, Verdict, VerdictDetails
-from kevin_agent.errors import UserInputError
-from kevin_agent.evaluate.api import EvalSettings, Evaluator, QueueCallback, VerdictCallback
+from kevin_agent.data import Stage, Task, Verdict
+from kevin_agent.errors import EnvironmentProblem, UserInputError
+from kevin_agent.evaluate.api import EvalSettings, Evaluator, QueueCallback, VerdictCallback, WaitCallback
+from kevin_agent.evaluate.baselines import BaselineBook, Drift, baseline_key, drift
 from kevin_agent.evaluate.build.cache import BuildCache, default_cache_root
-from kevin_agent.evaluate.isolation import WorkerPool, WorkerResult
-from kevin_agent.evaluate.protocol import WorkerJob
-from kevin_agent.evaluate.verdicts import (
-    build_details,
-    cancelled_verdict,
-    compile_verdict,
-    merge_build_details,
-    static_verdict,
-)
+from kevin_agent.evaluate.build.compile import CompileOutcome, compile_candidate
+from kevin_agent.evaluate.isolation import WorkerResult
+from kevin_agent.evaluate.lanes import DeviceInfo, Lane, LocalLane, local_devices, run_limit
+from kevin_agent.evaluate.protocol import Baseline, WorkerJob
+from kevin_agent.evaluate.scheduling import Batch, GpuItem, LaneQueue
+from kevin_agent.evaluate.verdicts import build_details, compile_verdict, merge_build_details, static_verdict
 
 EVALUATOR_ENV = "KEVIN_EVALUATOR"
-
-Settle = Callable[[int, Verdict], None]
-Queue = Callable[[int, int], None]
+NINJA_JOBS_PER_BUILD = 2  # a build has two compile steps (kernels, wrapper) that can overlap
 
 
 class CudaEvaluator(Evaluator):
-    """Judges candidates on this machine's nvcc and CUDA device.
+    """Judges candidates with this machine's nvcc and its GPUs (or the given ``lanes``).
 
-    ``worker_command`` replaces ``python -m kevin_agent.evaluate.worker`` (tests); ``jobs`` caps
-    parallel compiles (default: compile_many's choice).
+    ``worker_command`` replaces ``python -m kevin_agent.evaluate.worker`` (tests); ``devices``
+    replaces the detected GPUs (tests: fake devices with stand-in workers); ``jobs`` caps parallel
+    compiles (default: one per CPU core); ``spares`` worker processes wait ready on each lane.
     """
 
     def __init__(self, settings: EvalSettings = EvalSettings(), *,
-                 worker_command: Optional[Sequence[str]] = None, jobs: Optional[int] = None) -> None:
+                 worker_command: Optional[Sequence[str]] = None, jobs: Optional[int] = None,
+                 devices: Optional[Sequence[DeviceInfo]] = None, lanes: Optional[Sequence[Lane]] = None,
+                 spares: int = 3) -> None:
         self.settings = settings
         self.worker_command = worker_command
-        self.jobs = jobs
+        self.jobs = jobs or max(1, os.cpu_count() or 2)
+        self.spares = spares
+        self._devices = list(devices) if devices is not None else None
+        self._lanes: list[Lane] = list(lanes or [])
         self._cache: Optional[BuildCache] = None
-        self._pool: Optional[WorkerPool] = None
         self._arch: Optional[str] = None
         self._lock = threading.Lock()
-        self._gpu_lock = threading.Lock()  # one candidate on the GPU at a time, across callers
+        self._compiles: Optional[ThreadPoolExecutor] = None
+        self._queue = LaneQueue()
+        self._threads: list[threading.Thread] = []
+        self._book = BaselineBook(None)
+        self._used: dict[tuple[str, str], tuple[Lane, Baseline]] = {}  # (task, gpu) -> what was used
         self.gpu_name: Optional[str] = None
-        self.last_worker_results: list[WorkerResult] = []  # of the latest batch (bench)
+        self.last_worker_results: list[WorkerResult] = []  # of the latest batches (bench)
 
     @property
     def cache_dir(self) -> Path:
         return Path(self.settings.cache_dir or default_cache_root()).expanduser()
 
+    @property
+    def lanes(self) -> list[Lane]:
+        return list(self._lanes)
+
     def check_environment(self) -> None:
         """Raise EnvironmentProblem now (no CUDA torch, no nvcc, no device unless compile-only)."""
         from kevin_agent.evaluate.environment import check_environment, resolve_arch
 
-        # a custom worker command (tests' stand-in workers) brings its own device requirement
-        compile_only = self.settings.compile_only or self.worker_command is not None
-        info = check_environment(compile_only=compile_only)
+        # stand-in workers, given devices or given lanes bring their own device requirement
+        brought = self.worker_command is not None or self._devices is not None or bool(self._lanes)
+        info = check_environment(compile_only=self.settings.compile_only or brought)
         self._arch = resolve_arch(self.settings.arch, info)
         self.gpu_name = info.gpu_name
+
+    # -- start-up ------------------------------------------------------------------------------
 
     def _ensure_started(self) -> BuildCache:
         with self._lock:
@@ -75,12 +88,32 @@ class CudaEvaluator(Evaluator):
                 self.check_environment()
             os.environ["TORCH_CUDA_ARCH_LIST"] = self._arch or ""
             self.cache_dir.mkdir(parents=True, exist_ok=True)
-            self._cache = BuildCache(self.cache_dir, arch=self._arch,
-                                     timeout_s=self.settings.compile_timeout_s)
+            self._cache = BuildCache(self.cache_dir, arch=self._arch, timeout_s=self.settings.compile_timeout_s,
+                                     ninja_jobs=NINJA_JOBS_PER_BUILD)
+            self._compiles = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="kevin-compile")
+            self._compiles.submit(self._cache.warm)  # the shared torch header, while candidates arrive
+            self._book = BaselineBook(self.cache_dir / "baselines")
             if not self.settings.compile_only:
-                self._pool = WorkerPool(self.worker_command, run_timeout_s=self.settings.run_timeout_s,
-                                        extra_env={"TORCH_CUDA_ARCH_LIST": self._arch or ""})
+                self._start_lanes()
             return self._cache
+
+    def _start_lanes(self) -> None:
+        if not self._lanes:
+            devices = self._devices if self._devices is not None else local_devices()
+            if not devices:
+                raise EnvironmentProblem("no CUDA device is visible to evaluate on")
+            env = {"TORCH_CUDA_ARCH_LIST": self._arch or ""}
+            self._lanes = [LocalLane(d, self.settings, worker_command=self.worker_command, extra_env=env,
+                                     spares=self.spares) for d in devices]
+        self.gpu_name = self.gpu_name or self._lanes[0].device.name
+        for lane in self._lanes:
+            lane.warm()  # torch import + CUDA init overlap the compiles
+            thread = threading.Thread(target=self._serve, args=(lane,), name=f"kevin-lane-{lane.name}",
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    # -- one batch -----------------------------------------------------------------------------
 
     def evaluate(
         self,
@@ -90,97 +123,143 @@ class CudaEvaluator(Evaluator):
         on_verdict: Optional[VerdictCallback] = None,
         on_queue: Optional[QueueCallback] = None,
         cancel: Optional[threading.Event] = None,
+        on_wait: Optional[WaitCallback] = None,
     ) -> list[Verdict]:
         """One verdict per code, in order; cancelled candidates get a ``cancelled`` placeholder."""
-        verdicts: list[Optional[Verdict]] = [None] * len(codes)
-        reached = [Stage.FORMAT] * len(codes)  # last stage passed, for cancelled placeholders
-        cancel = cancel or threading.Event()
-
-        def settle(index: int, verdict: Verdict) -> None:
-            verdicts[index] = verdict
-            if on_verdict is not None:
-                on_verdict(index, verdict)
-
-        def queue(compiling: int, timing: int) -> None:
-            if on_queue is not None:
-                on_queue(compiling, timing)
-
-        survivors = self._static(task, codes, settle)
-        for index in survivors:
-            reached[index] = Stage.STATIC
-        if survivors and not cancel.is_set():
-            cache = self._ensure_started()
-            if self._pool is not None:
-                self._pool.start_spare()  # torch import + CUDA init overlap the compiles
-            queue(len(survivors), 0)
-            compiled = self._compile(cache, codes, survivors, settle)
-            for index, _ in compiled:
-                reached[index] = Stage.COMPILE
-            queue(0, len(compiled))
-            self._run_on_gpu(task, codes, compiled, settle, queue, cancel)
-        return [v if v is not None else cancelled_verdict(reached[i]) for i, v in enumerate(verdicts)]
-
-    @staticmethod
-    def _static(task: Task, codes: Sequence[str], settle: Settle) -> list[int]:
-        """Settle static failures; the indices that pass."""
+        batch = Batch(task, codes, cancel or threading.Event(), on_verdict, on_queue, on_wait)
         survivors = []
         for index, code in enumerate(codes):
             failed = static_verdict(code, task.source)
             if failed is not None:
-                settle(index, failed)
+                batch.settle(index, failed)
             else:
+                batch.reached[index] = Stage.STATIC
                 survivors.append(index)
-        return survivors
+        if survivors and not batch.cancel.is_set():
+            self._ensure_started()
+            batch.count(compiling=len(survivors))
+            for index in survivors:
+                future = self._submit_compile(codes[index])
+                future.add_done_callback(lambda done, i=index: self._compiled(batch, i, done))
+        return batch.wait()
 
-    def _compile(self, cache: BuildCache, codes: Sequence[str], indices: list[int],
-                 settle: Settle) -> list[tuple[int, VerdictDetails]]:
-        """Compile in parallel; settle failures (and compile-only results); the rest go on."""
-        from kevin_agent.evaluate.build.compile import compile_many
+    def _submit_compile(self, code: str) -> "Future[CompileOutcome]":
+        assert self._compiles is not None and self._cache is not None
+        return self._compiles.submit(compile_candidate, code, self._cache)
 
-        outcomes = compile_many([codes[i] for i in indices], cache, jobs=self.jobs)
-        compiled = []
-        for index, outcome in zip(indices, outcomes):
-            details = build_details(outcome)
-            details.gpu_name = self.gpu_name
-            if not outcome.ok or self.settings.compile_only:
-                settle(index, compile_verdict(outcome, details))
-            else:
-                compiled.append((index, details))
-        return compiled
-
-    def _job(self, task: Task, code: str) -> WorkerJob:
-        # the worker keys its build cache exactly as the parent did: same arch, same root
-        settings = dataclasses.replace(self.settings, arch=self._arch, cache_dir=self.cache_dir)
-        return WorkerJob(task.source, code, Path("unset"), settings, cache_dir=self.cache_dir)
-
-    def _run_on_gpu(self, task: Task, codes: Sequence[str], compiled: list[tuple[int, VerdictDetails]],
-                    settle: Settle, queue: Queue, cancel: threading.Event) -> None:
-        self.last_worker_results = []
-        if self._pool is None:
+    def _compiled(self, batch: Batch, index: int, done: "Future[CompileOutcome]") -> None:
+        """A compile finished: settle a failure (or a compile-only result), else queue for a lane."""
+        try:
+            outcome = done.result()
+        except BaseException as err:  # an evaluator bug: the batch fails with it
+            batch.fail(err)
             return
-        for done, (index, build) in enumerate(compiled):
-            if cancel.is_set():
+        details = build_details(outcome)
+        details.gpu_name = self.gpu_name
+        if not outcome.ok or self.settings.compile_only:
+            batch.count(compiling=-1)
+            batch.settle(index, compile_verdict(outcome, details))
+            return
+        batch.reached[index] = Stage.COMPILE
+        assert self._cache is not None
+        entries = [self._cache.root / "ext" / r.key for r in outcome.results if r.key]
+        batch.count(compiling=-1, on_gpu=1)
+        self._queue.put(GpuItem(batch, index, batch.codes[index], details, entries))
+
+    # -- the lanes ---------------------------------------------------------------------------------
+
+    def _serve(self, lane: Lane) -> None:
+        """A lane's thread: take compiled candidates until the evaluator closes."""
+        while True:
+            item = self._queue.get()
+            if item is None:
                 return
-            with self._gpu_lock:
-                result = self._pool.run(self._job(task, codes[index]), cancel=cancel,
-                                        start_next=done + 1 < len(compiled))
-            self.last_worker_results.append(result)
-            if result.cancelled:
-                return
-            if result.task_failure is not None:
-                raise UserInputError(f"the reference task failed: {result.task_failure}")
-            settle(index, merge_build_details(result.verdict, build))
-            queue(0, len(compiled) - done - 1)
+            batch = item.batch
+            try:
+                if not batch.cancel.is_set() and batch.error is None:
+                    self._run_item(lane, item)
+            except BaseException as err:  # the task fails, or a worker cannot start: the batch ends
+                batch.fail(err)
+            finally:
+                batch.count(on_gpu=-1)
+
+    def _run_item(self, lane: Lane, item: GpuItem) -> None:
+        batch = item.batch
+        baseline = self._baseline(lane, batch)
+        if baseline is None:
+            return  # cancelled while measuring
+        job = WorkerJob(batch.task.source, item.code, Path("unset"), self._job_settings(),
+                        cache_dir=self.cache_dir, baseline=baseline)
+        result = lane.run(job, build_entries=item.entries, cancel=batch.cancel,
+                          timeout_s=run_limit(self.settings, baseline), on_wait=batch.on_wait,
+                          last=self._queue.empty())
+        self.last_worker_results.append(result)
+        if result.cancelled:
+            return
+        if result.task_failure is not None:
+            raise UserInputError(f"the reference task failed: {result.task_failure}")
+        batch.settle(item.index, merge_build_details(result.verdict, item.build))
+
+    def _job_settings(self) -> EvalSettings:
+        # the worker keys its build cache exactly as the parent did: same arch, same root
+        import dataclasses
+
+        return dataclasses.replace(self.settings, arch=self._arch, cache_dir=self.cache_dir)
+
+    def _baseline(self, lane: Lane, batch: Batch) -> Optional[Baseline]:
+        """The task's baseline on this lane's GPU model: remembered, stored, or measured now."""
+        task = batch.task
+        key = baseline_key(task.source, lane.device.name, lane.device.torch_version, self.settings)
+        baseline, _ = self._book.get_or_measure(key, lambda: self._measure(lane, task, batch.cancel,
+                                                                           batch.on_wait))
+        if baseline is not None:
+            self._used.setdefault((task.source, lane.device.name), (lane, baseline))
+        return baseline
+
+    def _measure(self, lane: Lane, task: Task, cancel: threading.Event,
+                 on_wait: Optional[WaitCallback]) -> Optional[Baseline]:
+        job = WorkerJob(task.source, "", Path("unset"), self._job_settings(), cache_dir=self.cache_dir,
+                        measure_baseline=True)
+        result = lane.run(job, cancel=cancel, on_wait=on_wait, last=False)
+        if result.cancelled:
+            return None
+        if result.task_failure is not None:
+            raise UserInputError(f"the reference task failed: {result.task_failure}")
+        if result.baseline is None:
+            raise UserInputError(f"timing the reference module failed: {result.verdict.details.error or 'no result'}"
+                                 .splitlines()[0])
+        return result.baseline
+
+    def remeasure(self, task: Task) -> list[Drift]:
+        """Measure the task's baselines again (each GPU model used); how far they moved."""
+        drifts = []
+        for (source, gpu), (lane, used) in list(self._used.items()):
+            if source != task.source:
+                continue
+            fresh = self._measure(lane, task, threading.Event(), None)
+            if fresh is not None:
+                drifts.append(drift(used, fresh))
+                key = baseline_key(task.source, gpu, lane.device.torch_version, self.settings)
+                self._book.put(key, fresh)
+        return drifts
 
     def close(self) -> None:
-        """Kill any spare or running worker."""
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        """Stop the lanes (kill their workers) and the compile pool."""
+        with self._lock:
+            lanes, self._lanes = self._lanes, []
+            threads, self._threads = self._threads, []
+            compiles, self._compiles = self._compiles, None
+            self._cache = None
+        self._queue.stop(len(threads))
+        for lane in lanes:
+            lane.close()
+        if compiles is not None:
+            compiles.shutdown(wait=False, cancel_futures=True)
 
 
 def make_evaluator(spec: Optional[str], settings: EvalSettings = EvalSettings()) -> Evaluator:
-    """``None``/"cuda" -> CudaEvaluator; "replay:PATH" -> ReplayEvaluator (spec from $KEVIN_EVALUATOR)."""
+    """``None``/"cuda" -> CudaEvaluator (on a Ray cluster when ``settings.cluster`` says so);
+    "replay:PATH" -> ReplayEvaluator (spec from $KEVIN_EVALUATOR)."""
     spec = spec if spec is not None else os.environ.get(EVALUATOR_ENV) or None
     if spec is None or spec == "cuda":
         return CudaEvaluator(settings)

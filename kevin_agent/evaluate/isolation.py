@@ -25,7 +25,7 @@ from typing import Callable, ContextManager, Mapping, Optional, Sequence
 from kevin_agent.data import Stage, Verdict, VerdictDetails
 from kevin_agent.errors import EnvironmentProblem
 from kevin_agent.evaluate.processes import crash_reason, crash_verdict, kill_group, scrubbed_environment, tail_text
-from kevin_agent.evaluate.protocol import READY_LINE, WorkerJob, WorkerReply
+from kevin_agent.evaluate.protocol import READY_LINE, Baseline, WorkerJob, WorkerReply
 
 DEFAULT_WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "kevin_agent.evaluate.worker")
 _POLL_S = 0.02
@@ -44,6 +44,7 @@ class WorkerResult:
     startup_s: Optional[float] = None  # spawn -> READY of this process (hidden when it was the spare)
     waited_s: float = 0.0  # how long the caller waited for a ready process (the visible start cost)
     task_failure: Optional[str] = None  # the reference task itself failed (WorkerReply.task_failure)
+    baseline: Optional[Baseline] = None  # a baseline job's measurement
 
 
 @dataclass
@@ -279,9 +280,10 @@ class WorkerPool:
         if cancelled:
             return _cancelled_result(worker.pid, seconds)
         reply = None if timed_out else WorkerReply.read(result_path)
-        if reply is not None and reply.verdict is not None:
-            return WorkerResult(reply.verdict, worker.pid, seconds, returncode, False,
-                                stderr_tail=stderr_tail, waited_s=waited_s)
+        if reply is not None and (reply.verdict is not None or reply.baseline is not None):
+            verdict = reply.verdict or Verdict(Stage.TIMING, True, "baseline measured", VerdictDetails())
+            return WorkerResult(verdict, worker.pid, seconds, returncode, False, stderr_tail=stderr_tail,
+                                waited_s=waited_s, baseline=reply.baseline)
         if reply is not None:  # the reference task itself failed: the user's problem, not a crash
             return WorkerResult(crash_verdict("the reference task failed", reply.task_failure_detail),
                                 worker.pid, seconds, returncode, True, stderr_tail=stderr_tail,

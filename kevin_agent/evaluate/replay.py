@@ -19,7 +19,7 @@ from typing import Any, Optional, Sequence
 from kevin_agent import feedback
 from kevin_agent.data import REPLAY_GPU_NAME, Stage, Task, Verdict, VerdictDetails
 from kevin_agent.errors import UserInputError
-from kevin_agent.evaluate.api import Evaluator, QueueCallback, VerdictCallback
+from kevin_agent.evaluate.api import Evaluator, QueueCallback, VerdictCallback, WaitCallback
 from kevin_agent.evaluate.verdicts import cancelled_verdict, static_verdict
 
 
@@ -76,6 +76,7 @@ class ReplayEvaluator(Evaluator):
         on_verdict: Optional[VerdictCallback] = None,
         on_queue: Optional[QueueCallback] = None,
         cancel: Optional[threading.Event] = None,
+        on_wait: Optional[WaitCallback] = None,
     ) -> list[Verdict]:
         """Static checks, then recorded verdicts one at a time; cancel honoured between them."""
         verdicts: list[Verdict] = []

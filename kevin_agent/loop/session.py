@@ -21,6 +21,7 @@ from kevin_agent.evaluate.api import Evaluator
 from kevin_agent.events import (
     CandidateGenerated,
     EventSink,
+    GpuWaiting,
     QueueChanged,
     RunDone,
     RunFailed,
@@ -102,12 +103,23 @@ class Session:
             self.store.set_status(self.run_id, "failed", str(failed.error))
             self.events(RunFailed(self.run_id, str(failed.error)))
             return self.store.load_run(self.run_id)
+        notes = () if cancelled else self._baseline_drift()
         self.store.set_status(self.run_id, "cancelled" if cancelled else "done")
         record = self.store.load_run(self.run_id)
         best = record.best()
         self.events(RunDone(self.run_id, best[0] if best else None, best[1] if best else None,
-                            cancelled=cancelled))
+                            cancelled=cancelled, notes=notes))
         return record
+
+    def _baseline_drift(self) -> tuple[str, ...]:
+        """The baselines measured again at the end, and how far they moved (kept with the run)."""
+        try:
+            notes = tuple(d.text() for d in self.evaluator.remeasure(self.task))
+        except KevinError as err:  # a baseline that cannot be re-measured is reported, not fatal
+            notes = (f"the baselines could not be measured again at the end: {err}",)
+        if notes:
+            self.store.add_notes(self.run_id, notes)
+        return notes
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -240,10 +252,13 @@ class Session:
         def on_queue(compiling: int, timing: int) -> None:
             self.events(QueueChanged(self.run_id, compiling, timing))
 
+        def on_wait(message: str) -> None:
+            self.events(GpuWaiting(self.run_id, message))
+
         codes = [candidate.code or "" for _, candidate in pending]
         try:
             verdicts = self.evaluator.evaluate(
-                self.task, codes, on_verdict=on_verdict, on_queue=on_queue, cancel=cancel
+                self.task, codes, on_verdict=on_verdict, on_queue=on_queue, cancel=cancel, on_wait=on_wait
             )
         except KevinError as err:
             raise StepFailed(err) from None

@@ -13,6 +13,7 @@ from kevin_agent.data import Candidate, Verdict
 from kevin_agent.events import (
     CandidateGenerated,
     Event,
+    GpuWaiting,
     QueueChanged,
     RunDone,
     RunFailed,
@@ -58,6 +59,8 @@ class RunView:
     trajectory_state: dict[int, str] = field(default_factory=dict)
     compiling: int = 0
     timing: int = 0
+    waiting: str = ""  # why the GPU stage waits, while it does
+    notes: tuple[str, ...] = ()  # what the run's end added (baseline drift)
 
     @property
     def active(self) -> bool:
@@ -68,7 +71,8 @@ class RunView:
         """The view of a stored run, as if its events had been applied."""
         view = cls(class_name=record.task.class_name, run_id=record.run_id, status=record.status,
                    trajectories=int(record.settings.get("trajectories") or 0),
-                   turns=int(record.settings.get("turns") or 0), message=record.error or "")
+                   turns=int(record.settings.get("turns") or 0), message=record.error or "",
+                   notes=tuple(record.notes))
         for candidate, verdict in record.candidates:
             view.rows[candidate.id] = (candidate, verdict)
             view.turn = max(view.turn, candidate.turn)
@@ -112,9 +116,13 @@ class RunView:
     def _queue(self, event: QueueChanged) -> None:
         self.compiling, self.timing = event.compiling, event.timing
 
+    def _waiting(self, event: GpuWaiting) -> None:
+        self.waiting = event.message
+
     def _verdict(self, event: VerdictReady) -> None:
         candidate, verdict = event.candidate, event.verdict
         self.evaluated += 1
+        self.waiting = ""
         self.rows[candidate.id] = (candidate, verdict)
         self.trajectory_state[candidate.trajectory] = verdict_state(verdict)
         if verdict.counts_as_best and verdict.speedup > self.best_speedup:
@@ -126,6 +134,7 @@ class RunView:
     def _done(self, event: RunDone) -> None:
         self.status = "cancelled" if event.cancelled else "done"
         self.compiling = self.timing = 0
+        self.waiting, self.notes = "", event.notes
         if event.best is not None and event.best_verdict is not None:
             self.best = (event.best, event.best_verdict)
             self.best_speedup = event.best_verdict.speedup
@@ -140,6 +149,7 @@ _HANDLERS = {
     TokensGenerated: RunView._tokens,
     CandidateGenerated: RunView._generated,
     QueueChanged: RunView._queue,
+    GpuWaiting: RunView._waiting,
     VerdictReady: RunView._verdict,
     TurnDone: RunView._turn_done,
     RunDone: RunView._done,

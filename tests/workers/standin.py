@@ -42,6 +42,17 @@ def write_result(path: str, info: dict) -> None:
     os.replace(tmp, path)
 
 
+def write_baseline(path: str) -> None:
+    """A baseline job's reply: the reference 'timed' at 1.2 ms eager, 0.8 ms compiled."""
+    stats = lambda ms: {"median_ms": ms, "mean_ms": ms, "min_ms": ms, "max_ms": ms, "iqr_ms": 0.0,  # noqa: E731
+                        "trials": 20, "ci_low_ms": ms, "ci_high_ms": ms}
+    reply = {"baseline": {"eager": stats(1.2), "compiled": stats(0.8), "gpu_name": "stand-in"}}
+    tmp = path + ".tmp"
+    with open(tmp, "w") as handle:
+        json.dump(reply, handle)
+    os.replace(tmp, path)
+
+
 def main(start_mode: str) -> None:
     if start_mode == "noready":
         print("cannot start: no CUDA here", file=sys.stderr)
@@ -52,6 +63,9 @@ def main(start_mode: str) -> None:
     job_path = sys.stdin.readline().strip()
     with open(job_path) as handle:
         job = json.load(handle)
+    if job.get("measure_baseline"):
+        write_baseline(job["result_path"])
+        return
     marker = re.search(r"standin: (\w+)", job["candidate_source"])
     mode = marker.group(1) if marker else job["candidate_source"].split()[0]
     info = {"pid": os.getpid(), "cwd": os.getcwd(), "candidate": job["candidate_source"],

@@ -117,7 +117,8 @@ class RunScreen(Screen):
     def _refresh_progress(self) -> None:
         v = self.view
         tokens = sum(v.tokens_by_turn.values())
-        self.query_one(RunProgress).show(self.status, v.turn, max(v.turns, 1), tokens, v.compiling, v.timing)
+        status = v.waiting if v.waiting and self.status == "running" else self.status
+        self.query_one(RunProgress).show(status, v.turn, max(v.turns, 1), tokens, v.compiling, v.timing)
         name = v.class_name or (self.entry.module.name if self.entry is not None else "")
         self.sub_title = " · ".join(p for p in (name, v.run_id, self.status) if p)
 
@@ -132,7 +133,7 @@ class RunScreen(Screen):
             self._show_row(candidate, verdict)
         from kevin_agent.run_table import conclude
 
-        text = conclude(record).text
+        text = conclude(record).text + "".join(f"\nNote: {note}." for note in record.notes)
         if record.status == "failed" and record.error:
             text = f"Run failed: {record.error}"
         self.query_one("#conclusion", Static).update(text)

@@ -75,6 +75,11 @@ class BuildCache:
         payload["split"] = self.split
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
+    def warm(self) -> None:
+        """Build the shared precompiled torch header now (most builds use it), if it is missing."""
+        tc = self.toolchain
+        ensure_pch(self.root, tc, tc.cxx_flags(()))
+
     def build(self, spec: ExtensionSpec) -> BuildResult:
         """Build (or find) the extension; failures are results, never exceptions."""
         start = time.monotonic()

@@ -1,0 +1,127 @@
+"""Lanes: one per GPU. A lane runs worker jobs (a candidate's GPU stages, or a task's baseline)
+one at a time under the GPU's cross-process lease, each in a fresh, killable worker process.
+
+``LocalLane`` is a GPU of this machine. A remote lane (``evaluate.ray_lanes.RayLane``) implements
+the same ``Lane`` interface, so the evaluator's scheduler spreads candidates over both alike.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from kevin_agent.evaluate.api import EvalSettings, WaitCallback
+from kevin_agent.evaluate.isolation import WorkerPool, WorkerResult
+from kevin_agent.evaluate.lease import GpuLease
+from kevin_agent.evaluate.protocol import Baseline, WorkerJob
+
+RUN_LIMIT_FLOOR_S = 20.0  # process start-up, extension import, first forward
+TRIALS_BUDGET = 160  # warm-up + timed + correctness runs, generously counted
+SLOWDOWN_ALLOWED = 10.0  # a candidate may be this much slower than the reference before a hang
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """A physical GPU: what verdicts record and what leases are keyed by."""
+
+    name: str  # e.g. "NVIDIA H200"; speedups are compared only between equal names
+    uuid: str  # e.g. "GPU-5d2c..."; the lease key
+    index: int  # its index on its host
+    host: str = ""
+    torch_version: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"GPU {self.index}" + (f" on {self.host}" if self.host and self.host != socket.gethostname() else "")
+
+
+def run_limit(settings: EvalSettings, baseline: Optional[Baseline]) -> float:
+    """The time a candidate's GPU stage may take before it counts as hung: a floor plus every
+    trial at ``SLOWDOWN_ALLOWED`` times the reference's time, capped by ``run_timeout_s``."""
+    if baseline is None:
+        return settings.run_timeout_s
+    reference_ms = max(baseline.eager.median_ms, baseline.compiled.median_ms if baseline.compiled else 0.0)
+    budget = RUN_LIMIT_FLOOR_S + TRIALS_BUDGET * SLOWDOWN_ALLOWED * reference_ms / 1000.0
+    return min(settings.run_timeout_s, budget)
+
+
+class Lane(ABC):
+    """One GPU that runs worker jobs one at a time."""
+
+    device: DeviceInfo
+
+    @property
+    def name(self) -> str:
+        return f"cuda:{self.device.index}"
+
+    @abstractmethod
+    def run(self, job: WorkerJob, *, build_entries: Sequence[Path] = (),
+            cancel: Optional[threading.Event] = None, timeout_s: Optional[float] = None,
+            on_wait: Optional[WaitCallback] = None, last: bool = False) -> WorkerResult:
+        """Run one job (``build_entries``: the cache entries its extensions were built into, for
+        lanes on other machines). ``last``: no further job is queued, start no spare."""
+
+    def warm(self) -> None:
+        """Start worker processes ahead of the first job; nothing to warm by default."""
+
+    def close(self) -> None:
+        """Kill this lane's workers; nothing to close by default."""
+
+
+class LocalLane(Lane):
+    """A GPU of this machine: its own worker pool pinned to the device, and its lease."""
+
+    def __init__(self, device: DeviceInfo, settings: EvalSettings, *,
+                 worker_command: Optional[Sequence[str]] = None, extra_env: Mapping[str, str] = (),
+                 spares: int = 3, lease_folder: Optional[Path] = None) -> None:
+        self.device = device
+        env = {**dict(extra_env), "CUDA_VISIBLE_DEVICES": visible_device(device)}
+        self.pool = WorkerPool(worker_command, run_timeout_s=settings.run_timeout_s, extra_env=env,
+                               spares=spares)
+        self.lease = GpuLease(device.uuid, device.label, lease_folder)
+
+    def run(self, job: WorkerJob, *, build_entries: Sequence[Path] = (),
+            cancel: Optional[threading.Event] = None, timeout_s: Optional[float] = None,
+            on_wait: Optional[WaitCallback] = None, last: bool = False) -> WorkerResult:
+        result = self.pool.run(job, cancel=cancel, start_next=not last, timeout_s=timeout_s,
+                               gate=lambda: self.lease.hold(cancel, on_wait))
+        result.verdict.details.lane = self.name
+        result.verdict.details.gpu_uuid = result.verdict.details.gpu_uuid or self.device.uuid
+        return result
+
+    def warm(self) -> None:
+        self.pool.start_spare()
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def visible_device(device: DeviceInfo) -> str:
+    """The CUDA_VISIBLE_DEVICES value that shows a worker only this GPU."""
+    if device.uuid.startswith("GPU-"):
+        return device.uuid
+    current = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return current[device.index] if device.index < len(current) else str(device.index)
+
+
+def local_devices() -> list[DeviceInfo]:
+    """Every CUDA device torch sees on this machine (none without a GPU)."""
+    import torch
+
+    try:
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # a broken driver reads as no device
+        return []
+    host = socket.gethostname()
+    devices = []
+    for index in range(count):
+        properties = torch.cuda.get_device_properties(index)
+        uuid = getattr(properties, "uuid", None)
+        devices.append(DeviceInfo(properties.name, f"GPU-{uuid}" if uuid is not None else f"{host}:{index}",
+                                  index, host, torch.__version__))
+    return devices
