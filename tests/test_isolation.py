@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -17,6 +18,7 @@ from kevin_agent.evaluate.isolation import WorkerPool
 from kevin_agent.evaluate.processes import is_secret_name, scrubbed_environment
 from kevin_agent.evaluate.protocol import WorkerJob
 
+ROOT = Path(__file__).resolve().parents[1]
 STANDIN = Path(__file__).parent / "workers" / "standin.py"
 
 
@@ -122,6 +124,26 @@ def test_scrubbed_environment_rules() -> None:
     assert set(env) == {"PATH", "HOME", "TORCH_CUDA_ARCH_LIST", "LD_LIBRARY_PATH", "PYTHONPATH",
                         "PYTHONUNBUFFERED"}
     assert is_secret_name("openai_api_key") and not is_secret_name("CUDA_HOME")
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/p"]  # children import this kevin_agent
+
+
+def test_workers_import_the_parents_package_from_a_plain_checkout(tmp_path: Path) -> None:
+    """A checkout that is not pip-installed: the parent put it on sys.path; the child sees it too
+    (not the installed copy)."""
+    import shutil
+
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT / "kevin_agent", checkout / "kevin_agent",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    script = (f"import sys; sys.path.insert(0, {str(checkout)!r})\n"
+              "from kevin_agent.evaluate.processes import scrubbed_environment\n"
+              "import subprocess\n"
+              "out = subprocess.run([sys.executable, '-c', 'import kevin_agent; print(kevin_agent.__file__)'],\n"
+              "                     env=scrubbed_environment({'PATH': '/usr/bin:/bin'}), capture_output=True, text=True)\n"
+              "print(out.stdout.strip())\n")
+    done = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=60)
+    assert done.stdout.strip() == str(checkout / "kevin_agent" / "__init__.py"), done.stderr
 
 
 def test_spare_hides_start_time(tmp_path: Path) -> None:

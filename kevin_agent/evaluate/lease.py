@@ -38,7 +38,9 @@ def this_process() -> str:
     argv = [os.path.basename(a) for a in sys.argv[:2] if a]
     if argv and argv[0] in ("__main__.py", "kevin") and len(argv) > 1:
         return f"kevin {argv[1]}"
-    return argv[0] if argv else "python"
+    if not argv or argv[0].startswith("-"):  # python -c ..., an embedded interpreter
+        return "python"
+    return argv[0]
 
 
 class GpuLease:

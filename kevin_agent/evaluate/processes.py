@@ -31,13 +31,22 @@ def scrubbed_environment(base: Optional[Mapping[str, str]] = None) -> dict[str, 
     """A copy of ``base`` (default ``os.environ``) without anything that may hold a secret.
 
     PATH, HOME, CUDA_*, TORCH_*, LD_LIBRARY_PATH, PYTHONPATH and the like stay; a secret-looking
-    name is dropped even under those prefixes.
+    name is dropped even under those prefixes. The folder this very ``kevin_agent`` was imported
+    from leads PYTHONPATH, so children run the same package, installed or not.
     """
     source = os.environ if base is None else base
     env = {name: value for name, value in source.items() if not is_secret_name(name)}
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("PYTHONSTARTUP", None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root(), env.get("PYTHONPATH", "")) if p)
     return env
+
+
+def package_root() -> str:
+    """The folder holding the ``kevin_agent`` package this process imported."""
+    import kevin_agent
+
+    return str(Path(kevin_agent.__file__).resolve().parent.parent)
 
 
 def signal_name(number: int) -> str:

@@ -77,6 +77,8 @@ def main(start_mode: str) -> None:
         os.abort()
     elif mode == "hang":
         time.sleep(3600)
+    elif mode == "sleep":
+        time.sleep(1.0)
     elif mode == "exit3":
         os._exit(3)
     elif mode == "noresult":
