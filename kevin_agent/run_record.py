@@ -39,15 +39,33 @@ class RunRecord:
     parents: dict[str, Optional[str]] = field(default_factory=dict)  # candidate id -> previous turn's
     notes: list[str] = field(default_factory=list)  # e.g. how far the baselines drifted by the end
 
-    def best(self) -> tuple[Candidate, Verdict] | None:
-        """The fastest candidate that counts as best (correct, timed, not suspicious)."""
+    def best(self, gpu_name: Optional[str] = None) -> tuple[Candidate, Verdict] | None:
+        """The fastest candidate that counts as best (correct, timed, not suspicious), among the
+        verdicts measured on ``gpu_name`` (default: the run's main GPU model; speedups measured on
+        different GPU models are never compared)."""
+        wanted = gpu_name or self.gpu_name
         best: tuple[Candidate, Verdict] | None = None
         for candidate, verdict in self.candidates:
             if verdict is None or not verdict.counts_as_best:
                 continue
+            if wanted is not None and verdict.details.gpu_name not in (wanted, None):
+                continue
             if best is None or verdict.speedup > best[1].speedup:
                 best = (candidate, verdict)
         return best
+
+    def gpu_names(self) -> list[str]:
+        """Every GPU model verdicts were measured on, the most used first."""
+        counts: dict[str, int] = {}
+        for _, verdict in self.candidates:
+            if verdict is not None and verdict.details.gpu_name:
+                counts[verdict.details.gpu_name] = counts.get(verdict.details.gpu_name, 0) + 1
+        return sorted(counts, key=lambda name: -counts[name])
+
+    def best_by_gpu(self) -> dict[str, tuple[Candidate, Verdict]]:
+        """The best candidate per GPU model (for runs spread over several models)."""
+        found = {name: self.best(name) for name in self.gpu_names()}
+        return {name: best for name, best in found.items() if best is not None}
 
     def best_speedup(self) -> float:
         found = self.best()
@@ -74,7 +92,6 @@ class RunRecord:
 
     @property
     def gpu_name(self) -> Optional[str]:
-        for _, verdict in self.candidates:
-            if verdict is not None and verdict.details.gpu_name:
-                return verdict.details.gpu_name
-        return None
+        """The run's main GPU model: the one most verdicts were measured on."""
+        names = self.gpu_names()
+        return names[0] if names else None

@@ -108,7 +108,20 @@ def test_sources_folded_from_constants_are_extracted(tmp_path):
     code = FSTRING_CANDIDATE.replace("BLOCK = 256 * max(1, torch.cuda.device_count())", "BLOCK = 256")
     files = _by_name(plan_accept(make_record(origin, code), repo_root=tmp_path))
     (kernel,) = [text for name, text in files.items() if name.endswith(".cu")]
-    assert "y[threadIdx.x] = 256;" in kernel and "k<<<1, 256>>>" in kernel
+    (host,) = [text for name, text in files.items() if name.endswith(".cpp")]
+    assert "y[threadIdx.x] = 256;" in kernel and "kevin_launch_k(1, 256" in host
+
+
+def test_the_drop_in_splits_device_code_from_torch_code(tmp_path):
+    """The .cu holds only device code (nvcc compiles it without torch headers: a fast first import);
+    the .cpp holds the torch wrapper, the launcher declarations and the bindings."""
+    origin = _write_module(tmp_path, kernel="add")
+    files = _by_name(plan_accept(make_record(origin, fixture_candidate("add")), repo_root=tmp_path))
+    (kernel,) = [text for name, text in files.items() if name.endswith(".cu")]
+    (host,) = [text for name, text in files.items() if name.endswith(".cpp")]
+    assert "__global__" in kernel and "torch/" not in kernel and "#line" not in kernel
+    assert "kevin_launch_" in kernel and "kevin_launch_" in host
+    assert "#include <torch/extension.h>" in host and "PYBIND11_MODULE" in host and "__global__" not in host
 
 
 def test_two_extensions_get_numbered_files(tmp_path):

@@ -169,3 +169,20 @@ def test_the_run_limit_follows_the_reference():
     assert run_limit(settings, small) < 25  # a hang on a small task costs seconds, not minutes
     assert run_limit(settings, big) == 180
     assert run_limit(settings, None) == 180
+
+
+def test_speedups_are_compared_only_on_the_same_gpu_model():
+    from kevin_agent.data import Candidate, Verdict, VerdictDetails
+    from kevin_agent.run_record import RunRecord
+
+    def timed(cid: str, gpu: str, speedup: float):
+        details = VerdictDetails(speedup_vs_eager=speedup, gpu_name=gpu, kernel=stats(1.0))
+        return Candidate(0, 0, id=cid), Verdict(Stage.TIMING, True, "ok", details)
+
+    record = RunRecord("r", TASK, {}, "done", "now", [
+        timed("t0.0", "NVIDIA H200", 1.5), timed("t1.0", "NVIDIA H200", 1.2),
+        timed("t2.0", "NVIDIA A10G", 4.0)])  # a slower GPU makes bigger speedups: never compared
+    assert record.gpu_name == "NVIDIA H200"
+    assert record.best()[0].id == "t0.0"
+    assert {gpu: best[0].id for gpu, best in record.best_by_gpu().items()} == {
+        "NVIDIA H200": "t0.0", "NVIDIA A10G": "t2.0"}

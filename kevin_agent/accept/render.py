@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -17,10 +18,13 @@ from kevin_agent.accept.extract import (
 from kevin_agent.accept.names import ArtifactNames
 from kevin_agent.accept.runtime_template import runtime
 from kevin_agent.errors import UserInputError
+from kevin_agent.evaluate.build.chunks import SplitRefused
+from kevin_agent.evaluate.build.split import SplitSources, split_cuda_source
 
 CANDIDATE_CLASS = "ModelNew"
 _CUDA_HEADERS = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>"
 _CPP_HEADER = "#include <torch/extension.h>"
+_LINE_DIRECTIVE = re.compile(r'\s*#\s*line\s+\d+\s+"[^"]*"\s*$')
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,10 @@ def _format_speedup(value: Optional[float]) -> str:
 
 
 def kernel_files(calls: list[ExtensionCall], names: ArtifactNames, prov: Provenance) -> dict[Path, str]:
-    """One .cpp (declarations + bindings, as load_inline would generate) and one .cu per extension."""
+    """One .cpp (host code, declarations, bindings) and one .cu per extension.
+
+    The .cu holds only device code when the evaluator's split applies (nvcc compiles it without
+    torch headers, so the first import builds in seconds); otherwise the whole CUDA source."""
     files: dict[Path, str] = {}
     for index, call in enumerate(c for c in calls if c.extracted):
         banner = (
@@ -48,21 +55,44 @@ def kernel_files(calls: list[ExtensionCall], names: ArtifactNames, prov: Provena
             f"// Compiled on first use by {names.module_path.name} "
             f"(torch.utils.cpp_extension.load).\n"
         )
-        if call.cpp_source or call.functions is not None:
-            body = [_CPP_HEADER] if call.implicit_headers else []
-            body.append(call.cpp_source or "")
-            if call.functions is not None:
-                body.append("PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {")
-                for function, doc in call.functions.items():
-                    target = f"torch::wrap_pybind_function({function})" if call.error_handling else function
-                    body.append(f'    m.def("{function}", {target}, "{doc}");')
-                body.append("}")
-            files[names.kernel_path(index, ".cpp")] = banner + "\n".join(body).rstrip("\n") + "\n"
-        if call.cuda_source:
-            body = [_CUDA_HEADERS] if call.implicit_headers else []
-            body.append(call.cuda_source)
-            files[names.kernel_path(index, ".cu")] = banner + "\n".join(body).rstrip("\n") + "\n"
+        split = _split(call.cuda_source)
+        host, device = (split.host_cpp, split.device_cu) if split is not None else ("", call.cuda_source)
+        if call.cpp_source or call.functions is not None or host:
+            files[names.kernel_path(index, ".cpp")] = banner + _cpp_file(call, host)
+        if device:
+            if split is None:
+                device = "\n".join(([_CUDA_HEADERS] if call.implicit_headers else []) + [device])
+            else:
+                banner += "// Device code only (no torch headers): launchers called from the .cpp.\n"
+            files[names.kernel_path(index, ".cu")] = banner + device.rstrip("\n") + "\n"
     return files
+
+
+def _split(cuda_source: Optional[str]) -> Optional[SplitSources]:
+    """The device/host split of the evaluator's fast build, without its #line bookkeeping."""
+    if not cuda_source:
+        return None
+    try:
+        split = split_cuda_source(cuda_source)
+    except SplitRefused:
+        return None
+    strip = lambda text: "".join(line for line in text.splitlines(keepends=True)  # noqa: E731
+                                 if not _LINE_DIRECTIVE.match(line))
+    return SplitSources(strip(split.device_cu), strip(split.host_cpp), split.kernels)
+
+
+def _cpp_file(call: ExtensionCall, host: str) -> str:
+    body = [_CPP_HEADER] if call.implicit_headers or host else []
+    if host:
+        body.append(host.rstrip("\n"))
+    body.append(call.cpp_source or "")
+    if call.functions is not None:
+        body.append("PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {")
+        for function, doc in call.functions.items():
+            target = f"torch::wrap_pybind_function({function})" if call.error_handling else function
+            body.append(f'    m.def("{function}", {target}, "{doc}");')
+        body.append("}")
+    return "\n".join(body).rstrip("\n") + "\n"
 
 
 def _kernel_file_names(calls: list[ExtensionCall], names: ArtifactNames, files: dict[Path, str]) -> list[list[str]]:
