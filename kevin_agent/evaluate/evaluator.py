@@ -13,7 +13,7 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from kevin_agent.data import Stage, Task, Verdict
 from kevin_agent.errors import EnvironmentProblem, UserInputError
@@ -28,6 +28,7 @@ from kevin_agent.evaluate.scheduling import Batch, GpuItem, LaneQueue
 from kevin_agent.evaluate.verdicts import build_details, compile_verdict, merge_build_details, static_verdict
 
 EVALUATOR_ENV = "KEVIN_EVALUATOR"
+Compiler = Callable[[str, BuildCache], CompileOutcome]  # one candidate's compile, results in the cache
 NINJA_JOBS_PER_BUILD = 2  # a build has two compile steps (kernels, wrapper) that can overlap
 
 
@@ -35,20 +36,23 @@ class CudaEvaluator(Evaluator):
     """Judges candidates with this machine's nvcc and its GPUs (or the given ``lanes``).
 
     ``worker_command`` replaces ``python -m kevin_agent.evaluate.worker`` (tests); ``devices``
-    replaces the detected GPUs (tests: fake devices with stand-in workers); ``jobs`` caps parallel
+    replaces the detected GPUs (tests: fake devices with stand-in workers); ``lanes`` replaces
+    the local lanes altogether (a Ray cluster's); ``compiler`` replaces the local compile of one
+    candidate (it must leave the built entries in this evaluator's cache); ``jobs`` caps parallel
     compiles (default: one per CPU core); ``spares`` worker processes wait ready on each lane.
     """
 
     def __init__(self, settings: EvalSettings = EvalSettings(), *,
                  worker_command: Optional[Sequence[str]] = None, jobs: Optional[int] = None,
                  devices: Optional[Sequence[DeviceInfo]] = None, lanes: Optional[Sequence[Lane]] = None,
-                 spares: int = 3) -> None:
+                 compiler: Optional[Compiler] = None, spares: int = 3) -> None:
         self.settings = settings
         self.worker_command = worker_command
         self.jobs = jobs or max(1, os.cpu_count() or 2)
         self.spares = spares
         self._devices = list(devices) if devices is not None else None
         self._lanes: list[Lane] = list(lanes or [])
+        self._compiler = compiler
         self._cache: Optional[BuildCache] = None
         self._arch: Optional[str] = None
         self._lock = threading.Lock()
@@ -145,6 +149,8 @@ class CudaEvaluator(Evaluator):
 
     def _submit_compile(self, code: str) -> "Future[CompileOutcome]":
         assert self._compiles is not None and self._cache is not None
+        if self._compiler is not None:
+            return self._compiles.submit(self._compiler, code, self._cache)
         return self._compiles.submit(compile_candidate, code, self._cache)
 
     def _compiled(self, batch: Batch, index: int, done: "Future[CompileOutcome]") -> None:
@@ -261,6 +267,10 @@ def make_evaluator(spec: Optional[str], settings: EvalSettings = EvalSettings())
     """``None``/"cuda" -> CudaEvaluator (on a Ray cluster when ``settings.cluster`` says so);
     "replay:PATH" -> ReplayEvaluator (spec from $KEVIN_EVALUATOR)."""
     spec = spec if spec is not None else os.environ.get(EVALUATOR_ENV) or None
+    if (spec is None or spec == "cuda") and settings.cluster:
+        from kevin_agent.evaluate.ray_lanes import ray_evaluator  # Ray is imported only here
+
+        return ray_evaluator(settings)
     if spec is None or spec == "cuda":
         return CudaEvaluator(settings)
     if spec.startswith("replay:"):
