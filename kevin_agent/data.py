@@ -156,6 +156,9 @@ class VerdictDetails:
     gpu_name: str | None = None
     torch_version: str | None = None
     cuda_version: str | None = None
+    # provenance: a recorded verdict served again (evaluate/replay.py), never measured here
+    replayed: bool = False
+    measured_in: str | None = None  # the run id the recorded verdict was measured in
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
