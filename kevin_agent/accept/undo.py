@@ -78,9 +78,13 @@ def undo_target(repo_root: Path) -> tuple[str, str]:
     return commit.hexsha, str(commit.message).splitlines()[0]
 
 
-def undo_last(repo_root: Path, expected: Optional[str] = None) -> str:
+def undo_last(repo_root: Path, expected: Optional[str] = None, run_hooks: Optional[bool] = None) -> str:
     """Revert the latest kevin-agent commit; the sha of the revert commit. Refuses if its files
-    changed, or when ``expected`` is given and the latest kevin-agent commit is another one."""
+    changed, or when ``expected`` is given and the latest kevin-agent commit is another one.
+    ``run_hooks`` as for ``accept`` (None: ``[tool.kevin] run_hooks``, default off)."""
+    from kevin_agent.accept.apply import hooks_setting
+
+    hooks = hooks_setting(run_hooks, Path(repo_root))
     repo = git_ops.open_repo(Path(repo_root))
     try:
         busy = git_ops.operation_in_progress(repo)
@@ -98,7 +102,13 @@ def undo_last(repo_root: Path, expected: Optional[str] = None) -> str:
         _check_untouched(repo, commit, paths)
         parent = commit.parents[0].hexsha if commit.parents else None
         entries = {path: git_ops.tree_blob(repo, parent, path) for path in paths}
-        sha = git_ops.commit_paths(repo, entries, _revert_message(commit))
+        if hooks:  # the hooks see the files as the revert restores them
+            _restore_worktree(repo, entries)
+        try:
+            sha = git_ops.commit_paths(repo, entries, _revert_message(commit), run_hooks=hooks)
+        except git_ops.HookFailed as failed:
+            _restore_worktree(repo, {path: git_ops.tree_blob(repo, commit.hexsha, path) for path in paths})
+            raise UserInputError(f"{failed}\n(nothing was reverted)") from None
         _restore_worktree(repo, entries)
     except git_ops.git_errors() as err:
         raise UserInputError(git_ops.one_line(err)) from None
