@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from typing import Sequence
 
@@ -76,6 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"kevin {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `kevin show RUN | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return 0
 
 
 if __name__ == "__main__":

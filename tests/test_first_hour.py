@@ -107,3 +107,17 @@ def test_torch_no_cuda_runtime_warning_is_not_printed_by_kevin(tmp_path):
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "No CUDA runtime is found" not in proc.stderr
+
+
+def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
+    """`kevin show RUN | head`: the reader leaves before the end; no traceback, exit 0."""
+    task = tmp_path / "big.py"  # a prompt longer than a pipe's buffer
+    source = (KERNELS / "add_task.py").read_text()
+    task.write_text(source.replace('"""Elementwise addition of two tensors of the same shape."""',
+                                   '"""' + "Elementwise addition.\n" * 20000 + '"""'))
+    proc = subprocess.Popen([sys.executable, "-m", "kevin_agent", "prompt", str(task)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader is gone before the first write
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err
