@@ -117,3 +117,21 @@ def test_a_verdict_measured_here_keeps_the_verified_wording(tmp_path):
     message = repo.head.commit.message
     assert message.startswith("kevin: CUDA kernel for FusedBlock (1.84x eager, 1.21x torch.compile, NVIDIA H200)\n")
     assert "verified by kevin-agent on the GPU" in message and "replayed" not in message
+
+
+def test_prompts_never_name_the_replay_evaluator_as_the_gpu(tmp_path):
+    from kevin_agent.loop.runtime import target_gpu_name
+    from kevin_agent.loop.settings import RunSettings
+
+    path = tmp_path / "replay.json"
+    path.write_text(json.dumps({"default": recorded(gpu_name="NVIDIA H200")}))
+    settings = RunSettings()
+    settings.backend.target_gpu = "NVIDIA A100"
+    named = target_gpu_name(ReplayEvaluator(path), settings)  # this machine's GPU, else the setting
+    assert "replay" not in named and named in ("NVIDIA A100", _device_name())
+
+
+def _device_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no device"
