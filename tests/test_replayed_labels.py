@@ -90,6 +90,7 @@ def test_run_table_report_and_lsp_question_say_replayed():
     from kevin_agent.lsp.reporting import result_message
 
     assert result_message(state) == f"Kevin: 1.84x vs eager for Block (1.21x vs torch.compile; {MEASURED})"
+    assert state.summary() == "Kevin: done, 1.84x vs eager (replayed, not measured here) (accept, show diff or discard)"
 
 
 def test_accepting_a_replayed_verdict_says_so_in_the_commit_and_the_files(tmp_path):

@@ -68,7 +68,7 @@ class BrowserScreen(Screen):
             note.update("No nn.Module classes found here." if not self.entries else "")
         elif entry.drop_in_of:
             note.update(Text(f"{entry.module.name}: the accepted kernel of {entry.drop_in_of}", style="bold")
-                        + Text(" (written by accept; `u` undoes it). Enter: go to the original."))
+                        + Text(" (written by accept, not a module to optimize). Enter: go to the original."))
         elif entry.module.missing_inputs:
             note.update(Text("Needs example inputs: ", style="bold") + Text(entry.module.missing_inputs))
         elif entry.accepted_speedup is not None:
