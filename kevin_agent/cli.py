@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
+import os
 import sys
 from typing import Sequence
 
@@ -43,8 +45,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _NoCudaRuntimeNote(logging.Filter):
+    """Drops torch's "No CUDA runtime is found, using CUDA_HOME=..." warning, logged whenever
+    torch.utils.cpp_extension is imported on a machine without a GPU (we import it to compile
+    there, and say ourselves what needs a GPU)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("No CUDA runtime is found")
+
+
+def quiet_torch_warnings() -> None:
+    """Install the filter on torch's cpp_extension logger (before or after torch is imported)."""
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    if not any(isinstance(f, _NoCudaRuntimeNote) for f in logger.filters):
+        logger.addFilter(_NoCudaRuntimeNote())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: returns the exit code (0 ok, 2 user-input error, 3 environment error)."""
+    quiet_torch_warnings()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
@@ -58,6 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"kevin {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `kevin show RUN | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return 0
 
 
 if __name__ == "__main__":

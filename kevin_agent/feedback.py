@@ -36,3 +36,10 @@ def correct_untimed() -> str:
 
 def compiled_only() -> str:
     return "Your answer compiled; it was not run."
+
+
+def cut_off(tokens: int) -> str:
+    """Added to the evaluation of an answer whose reply hit the generation limit after its code."""
+    limit = f" ({tokens} tokens)" if tokens else ""
+    return (f"Your reply was cut off at the generation limit{limit}; the last complete code block "
+            "was evaluated. Reason more briefly and leave room for the whole answer.")

@@ -3,7 +3,9 @@
 Reasoning comes inline (``<think>...</think>``, or a reply that starts inside the thinking and only
 closes it, as QwQ and Kevin do) or separately (``Completion.reasoning``, vLLM's reasoning parser).
 The code is the complete fenced Python block defining ``ModelNew`` after the reasoning; code blocks
-inside the reasoning never count. The summary is the text after that block.
+inside the reasoning never count. The summary is the text after that block. A reply cut at the
+token limit (finish reason "length") after a complete block is judged by its last complete block;
+cut before one, it is a format error saying where it was cut.
 """
 
 from __future__ import annotations
@@ -161,7 +163,16 @@ def parse_completion(completion: Completion, trajectory: int, turn: int) -> Cand
         candidate.parse_error = f"no reply was received from the model: {completion.error}"
         return candidate
     if completion.finish_reason == "length":
-        candidate.parse_error = _truncation_error(finished, find_code_blocks(answer), completion.tokens)
+        blocks = find_code_blocks(answer) if finished else []
+        complete = [b for b in blocks if b.closed and b.is_python and b.defines_model_new]
+        if not complete:
+            candidate.parse_error = _truncation_error(finished, blocks, completion.tokens)
+            return candidate
+        # cut at the token limit after a complete answer: judge its last complete block (the
+        # prompt tells the model its reply was cut: prompts.format_attempt)
+        chosen = complete[-1]
+        candidate.code = chosen.code
+        candidate.summary = answer[chosen.end:].strip() or answer[:complete[0].start].strip()
         return candidate
     if not finished:
         candidate.parse_error = (

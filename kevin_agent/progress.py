@@ -20,6 +20,7 @@ from kevin_agent.events import (
 from kevin_agent.run_record import RunRecord
 from kevin_agent.run_table import CandidateRow, candidate_rows, conclude, plural, turn_label
 from kevin_agent.runs.state import RunView
+from kevin_agent.verdict_text import is_replayed, replay_note
 
 
 def _speedup(value: Optional[float]) -> str:
@@ -33,6 +34,8 @@ def verdict_line(event: VerdictReady) -> str:
         outcome += f", {_speedup(verdict.speedup)} vs eager"
     elif verdict.details.suspicious:
         outcome += ", flagged suspicious"
+    if is_replayed(verdict.details):
+        outcome += " (replayed)"
     return f"  {event.candidate.id}: {outcome}"
 
 
@@ -165,6 +168,10 @@ def candidates_table(rows: list[CandidateRow], title: str) -> Any:
 def print_run_result(console: Any, record: RunRecord) -> None:
     """The table of candidates and the conclusion, as ``kevin optimize`` and ``kevin show`` end."""
     console.print(candidates_table(candidate_rows(record), f"run {record.run_id} ({record.status})"))
-    console.print(conclude(record).text, highlight=False, markup=False)
+    text = conclude(record).text
+    console.print(text, highlight=False, markup=False)
+    note = replay_note(record, text)
+    if note:
+        console.print(note, highlight=False, markup=False)
     for note in record.notes:
         console.print(f"Note: {note}.", highlight=False, markup=False)

@@ -10,6 +10,7 @@ import re
 from typing import Callable, Sequence
 
 from kevin_agent.data import Message
+from kevin_agent import feedback
 from kevin_agent.data import Candidate, Task, Verdict
 from kevin_agent.prompt_example import EXAMPLE_MODEL, EXAMPLE_MODEL_NEW
 
@@ -72,9 +73,12 @@ def format_attempt(number: int, candidate: Candidate, verdict: Verdict) -> str:
     else:
         kernel = "Your code: (no code could be extracted from your answer)"
     summary = candidate.summary.strip() or "(no summary)"
+    evaluation = verdict.message.strip()
+    if candidate.code and candidate.finish_reason == "length":
+        evaluation = f"{feedback.cut_off(candidate.tokens)}\n{evaluation}"
     return (
         f"### Attempt {number}\n\n{kernel}\n\nYour summary:\n{summary}\n\n"
-        f"Evaluation:\n{verdict.message.strip()}"
+        f"Evaluation:\n{evaluation}"
     )
 
 

@@ -16,13 +16,14 @@ from typing import Optional
 
 from kevin_agent.run_record import RunRecord
 from kevin_agent.run_table import candidate_rows, conclude
+from kevin_agent.verdict_text import is_replayed, replay_note
 
 
 @dataclass
 class ReportData:
     """Exactly what gets plotted."""
 
-    turns: list[int]  # 0-based turn indices on the x axis (shown 1-based)
+    turns: list[int]  # turn indices on the x axis, 0-based like candidate ids t<trajectory>.<turn>
     series: dict[int, list[Optional[float]]] = field(default_factory=dict)  # trajectory -> per turn
     eager_line: float = 1.0
     compile_line: Optional[float] = None  # eager_ms / compile_ms, when torch.compile was timed
@@ -63,14 +64,21 @@ def _compile_reference(record: RunRecord) -> Optional[float]:
 
 
 def render_png(data: ReportData, title: str) -> bytes:
+    buffer = io.BytesIO()
+    figure(data, title).savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def figure(data: ReportData, title: str):  # -> matplotlib.figure.Figure
+    """The plot: turns on the x axis numbered from 0, like candidate ids t<trajectory>.<turn>."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(8, 4.5), dpi=100)
-    axes = figure.subplots()
-    xs = [t + 1 for t in data.turns]
+    fig = Figure(figsize=(8, 4.5), dpi=100)
+    axes = fig.subplots()
+    xs = list(data.turns)
     for trajectory, values in data.series.items():
         points = [(x, v) for x, v in zip(xs, values) if v is not None]
         if points:
@@ -80,17 +88,15 @@ def render_png(data: ReportData, title: str) -> bytes:
     if data.compile_line is not None:
         axes.axhline(data.compile_line, color="tab:red", linestyle=":", linewidth=1.5,
                      label=f"torch.compile ({data.compile_line:.2f}x)")
-    axes.set_xlabel("turn")
+    axes.set_xlabel("turn (from 0, as in candidate ids t<trajectory>.<turn>)")
     axes.set_ylabel("best speedup so far vs eager")
     axes.set_title(title)
     if xs:
         axes.set_xticks(xs)
     axes.set_ylim(bottom=0)
     axes.legend(loc="best", fontsize="small")
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    return buffer.getvalue()
+    fig.tight_layout()
+    return fig
 
 
 def _cell(value: object) -> str:
@@ -99,6 +105,17 @@ def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.3f}"
     return html.escape(str(value))
+
+
+def _replay_paragraph(record: RunRecord) -> str:
+    note = replay_note(record, conclude(record).text)
+    return f'\n<p class="replayed"><em>{html.escape(note)}</em></p>' if note else ""
+
+
+def _title(record: RunRecord) -> str:
+    replayed = ", replayed verdicts" if any(v is not None and is_replayed(v.details)
+                                             for _, v in record.candidates) else ""
+    return f"{record.task.class_name} ({record.run_id}{replayed})"
 
 
 def render_html(record: RunRecord, png: bytes) -> str:
@@ -119,7 +136,7 @@ def render_html(record: RunRecord, png: bytes) -> str:
 td,th{{border:1px solid #ccc;padding:2px 6px;font-size:90%}}</style></head>
 <body><h1>{html.escape(title)}</h1>
 <p>Status: {html.escape(record.status)}. Created {html.escape(record.created)}.</p>
-<p><strong>{html.escape(conclude(record).text)}</strong></p>
+<p><strong>{html.escape(conclude(record).text)}</strong></p>{_replay_paragraph(record)}
 <img alt="best speedup so far per turn per trajectory" src="data:image/png;base64,{image}">
 <table id="candidates"><thead><tr>{"".join(f"<th>{h}</th>" for h in header)}</tr></thead>
 <tbody>
@@ -134,7 +151,7 @@ def write_report(record: RunRecord, out_dir: Path) -> ReportFiles:
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    png = render_png(report_data(record), f"{record.task.class_name} ({record.run_id})")
+    png = render_png(report_data(record), _title(record))
     png_path = out_dir / f"{record.run_id}.png"
     html_path = out_dir / f"{record.run_id}.html"
     write_bytes_atomically(png_path, png)

@@ -2,7 +2,50 @@
 
 from __future__ import annotations
 
-from kevin_agent.data import REPLAY_GPU_NAME, TimingStats, Verdict
+from typing import TYPE_CHECKING, Optional
+
+from kevin_agent.data import REPLAY_GPU_NAME, TimingStats, Verdict, VerdictDetails
+
+if TYPE_CHECKING:
+    from kevin_agent.run_record import RunRecord
+
+
+def is_replayed(details: VerdictDetails) -> bool:
+    """A recorded verdict served again (``--evaluator replay:FILE``), not measured here.
+    (Runs stored before ``replayed`` existed only carry ``gpu_name="replay"``.)"""
+    return details.replayed or details.gpu_name == REPLAY_GPU_NAME
+
+
+def measured_label(details: VerdictDetails) -> Optional[str]:
+    """Where a verdict's numbers come from, as every face says it: "NVIDIA H200", or for a replayed
+    verdict "measured on NVIDIA H200 in run X, replayed here"; None when no GPU is known."""
+    if not is_replayed(details):
+        return details.gpu_name or None
+    gpu = details.gpu_name if details.gpu_name not in (None, "", REPLAY_GPU_NAME) else None
+    run = f" in run {details.measured_in}" if details.measured_in else ""
+    if gpu is None:
+        return f"recorded{run} with no GPU named, replayed here"
+    return f"measured on {gpu}{run}, replayed here"
+
+
+def gpu_short(details: VerdictDetails) -> Optional[str]:
+    """The GPU in a short label (commit subject, code lens, header): "NVIDIA H200", or
+    "NVIDIA H200, replayed" for a recorded verdict ("replay" when it names no GPU); None when no
+    GPU is known."""
+    if not is_replayed(details):
+        return details.gpu_name or None
+    gpu = details.gpu_name if details.gpu_name not in (None, "", REPLAY_GPU_NAME) else None
+    return f"{gpu}, replayed" if gpu else REPLAY_GPU_NAME
+
+
+def replay_note(record: "RunRecord", conclusion: str = "") -> Optional[str]:
+    """One line for a run whose verdicts were replayed, to show under its ``conclusion`` (None when
+    they were measured here, or when the conclusion already says they were replayed)."""
+    replayed = [v.details for _, v in record.candidates if v is not None and is_replayed(v.details)]
+    if not replayed or "replayed" in conclusion:
+        return None
+    sources = sorted({label for label in map(measured_label, replayed) if label})
+    return ("Recorded verdicts, not measured on this machine: " + "; ".join(sources) + ".")
 
 
 def _ms(stats: TimingStats | None) -> str | None:
@@ -15,7 +58,9 @@ def render_verdict(verdict: Verdict, with_errors: bool = True) -> str:
     """A readable, plain-text verdict: ``kevin eval``, ``kevin show`` and the terminal UI."""
     d = verdict.details
     status = "passed" if verdict.ok else "FAILED"
-    lines = [f"stage: {verdict.stage.value} ({status}){'  correct' if verdict.correct else ''}", "", verdict.message, ""]
+    replayed = "  [replayed: not measured here]" if is_replayed(d) else ""
+    lines = [f"stage: {verdict.stage.value} ({status}){'  correct' if verdict.correct else ''}{replayed}",
+             "", verdict.message, ""]
     if d.static_rule:
         lines.append(f"static rule: {d.static_rule}")
     if d.trials_total is not None:
@@ -52,8 +97,8 @@ def render_verdict(verdict: Verdict, with_errors: bool = True) -> str:
 
 def _gpu_line(verdict: Verdict) -> str:
     d = verdict.details
-    if d.gpu_name == REPLAY_GPU_NAME:
-        return "gpu: replay (recorded verdict, not measured on this machine)"
+    if is_replayed(d):
+        return f"gpu: {measured_label(d)} (a recorded verdict, not measured on this machine)"
     versions = ", ".join(x for x in (f"torch {d.torch_version}" if d.torch_version else "",
                                      f"CUDA {d.cuda_version}" if d.cuda_version else "") if x)
     return f"gpu: {d.gpu_name}" + (f" ({versions})" if versions else "")

@@ -17,6 +17,7 @@ from lsprotocol import types
 from kevin_agent.events import Event, RunDone, RunFailed, VerdictReady
 from kevin_agent.progress import verdict_line
 from kevin_agent.run_table import better_choice, tie_with
+from kevin_agent.verdict_text import is_replayed, measured_label
 from kevin_agent.lsp.runs import RunState
 
 
@@ -56,9 +57,15 @@ def result_message(state: RunState) -> str:
     assert state.best is not None
     details = state.best[1].details
     text = f"Kevin: {state.best_speedup:.2f}x vs eager for {state.class_name}"
+    where = measured_label(details)
     if details.speedup_vs_compile is not None:
         text += f" ({details.speedup_vs_compile:.2f}x vs torch.compile"
-        text += f" on {details.gpu_name})" if details.gpu_name else ")"
+        if where and is_replayed(details):
+            text += f"; {where})"
+        else:
+            text += f" on {where})" if where else ")"
+    elif where and is_replayed(details):
+        text += f" ({where})"
     better = better_choice(details)
     if better == "tie":  # honest numbers: level within the timing noise is not a win
         text += f": a tie with {tie_with(details)}, within the timing noise"

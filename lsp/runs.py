@@ -19,6 +19,7 @@ from kevin_agent.events import Event, RunDone, RunFailed
 from kevin_agent.run_table import plural, turn_label
 from kevin_agent.runs.request import RunRequest
 from kevin_agent.runs.state import RunView
+from kevin_agent.verdict_text import is_replayed
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,8 @@ class RunState:
             return f"Kevin: run failed: {self.message}"
         if self.best is not None:
             verb = "cancelled" if self.status == "cancelled" else "done"
-            return f"Kevin: {verb}, {self.best_speedup:.2f}x vs eager (accept, show diff or discard)"
+            replayed = " (replayed, not measured here)" if is_replayed(self.best[1].details) else ""
+            return f"Kevin: {verb}, {self.best_speedup:.2f}x vs eager{replayed} (accept, show diff or discard)"
         return f"Kevin: {self.status}, no correct kernel among {plural(self.evaluated, 'candidate')}"
 
 

@@ -69,15 +69,65 @@ def test_bad_arch_is_exit_2() -> None:
     assert "--arch" in one_line_error(proc)
 
 
-@pytest.mark.nogpu
-def test_no_device_without_compile_only_is_exit_3() -> None:
+def _no_device_here() -> None:
     import torch
 
     if torch.cuda.is_available():
         pytest.fail("this test needs a machine without a CUDA device; run it on CI, not the GPU host")
-    proc = kevin(ADD_TASK, ADD_CANDIDATE)
+
+
+HACK = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+        "    def forward(self, a, b):\n        return a + b\n")
+NEEDS_GPU = "kevin eval: the GPU stage (correctness, timing) needs an NVIDIA GPU"
+
+
+@pytest.mark.nogpu
+def test_no_device_still_runs_the_static_checks_and_says_what_is_wrong(tmp_path: Path) -> None:
+    _no_device_here()
+    hack = tmp_path / "hack.py"
+    hack.write_text(HACK)
+    proc = kevin(ADD_TASK, str(hack))
+    assert proc.returncode == 0, proc.stderr  # judged: the answer is wrong, whatever the machine
+    assert proc.stdout.startswith("stage: static (FAILED)") and proc.stderr == ""
+
+
+@pytest.mark.nogpu
+def test_no_device_without_an_arch_says_static_passed_and_names_the_flag(tmp_path: Path) -> None:
+    _no_device_here()
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_CUDA_ARCH_LIST"}
+    proc = subprocess.run([sys.executable, "-m", "kevin_agent", "eval", ADD_TASK, ADD_CANDIDATE],
+                          capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 3
-    assert "no CUDA device" in one_line_error(proc)
+    line = one_line_error(proc)
+    assert line.startswith("kevin eval: the static checks passed, but to compile: no CUDA device")
+    assert "--arch 9.0" in line
+
+
+@pytest.mark.nogpu
+@pytest.mark.nvcc
+@pytest.mark.timeout(1800)
+def test_no_device_compiles_prints_the_verdict_then_exit_3(shared_build_cache: Path) -> None:
+    _no_device_here()
+    proc = kevin(ADD_TASK, ADD_CANDIDATE, "--arch", "9.0", "--cache", str(shared_build_cache))
+    assert proc.returncode == 3
+    assert proc.stdout.startswith("stage: compile (passed)")
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and proc.stderr.startswith(NEEDS_GPU)
+    assert "No CUDA runtime is found" not in proc.stderr
+
+
+@pytest.mark.nogpu
+@pytest.mark.nvcc
+@pytest.mark.timeout(1800)
+def test_no_device_compile_error_is_a_verdict_exit_0(tmp_path: Path, shared_build_cache: Path) -> None:
+    _no_device_here()
+    broken = tmp_path / "broken.py"
+    broken.write_text(Path(ADD_CANDIDATE).read_text().replace("out[idx] = a[idx] + b[idx];",
+                                                              "out[idx] = a[idx] + c[idx];"))
+    proc = kevin(ADD_TASK, str(broken), "--json", "--cache", str(shared_build_cache))
+    assert proc.returncode == 0, proc.stderr
+    verdict = json.loads(proc.stdout)
+    assert verdict["stage"] == "compile" and verdict["ok"] is False
+    assert '"c" is undefined' in verdict["details"]["compiler_errors"] and NEEDS_GPU not in proc.stderr
 
 
 def test_missing_nvcc_is_exit_3(tmp_path: Path) -> None:

@@ -108,9 +108,26 @@ def test_truncated_while_still_reasoning() -> None:
     assert "Okay, so I need" in candidate.reasoning
 
 
-def test_truncated_in_summary_is_still_a_format_error() -> None:
-    candidate = parse(REASONING + "</think>\n" + ANSWER[:-20], finish="length")
-    assert candidate.code is None and "after the code" in candidate.parse_error
+def test_cut_in_the_summary_judges_the_complete_block_and_says_it_was_cut() -> None:
+    from kevin_agent.data import Stage, Task, Verdict
+    from kevin_agent.prompts import format_attempt
+
+    candidate = parse(REASONING + "</think>\n" + ANSWER[:-20], finish="length", tokens=16384)
+    assert candidate.parse_error is None and candidate.code == FINAL_CODE
+    assert candidate.summary == SUMMARY[:-19].strip()  # what arrived of it
+    attempt = format_attempt(1, candidate, Verdict(Stage.COMPILE, True, "Your answer compiled."))
+    evaluation = attempt.split("Evaluation:\n", 1)[1]
+    assert evaluation.startswith("Your reply was cut off at the generation limit (16384 tokens); the "
+                                 "last complete code block was evaluated.")
+    assert evaluation.endswith("Your answer compiled.")
+    whole = parse(REASONING + "</think>\n" + ANSWER, tokens=900)  # not cut: no such note
+    assert "cut off" not in format_attempt(1, whole, Verdict(Stage.COMPILE, True, "ok"))
+
+
+def test_cut_inside_a_second_block_judges_the_last_complete_one() -> None:
+    revised = ANSWER.replace("```\n\n", "```\n\nA faster version:\n\n```python\nclass ModelNew(nn.Module):\n    def", 1)
+    candidate = parse(REASONING + "</think>\n" + revised, finish="length")
+    assert candidate.parse_error is None and candidate.code == FINAL_CODE
 
 
 def test_reply_ending_inside_thinking_without_length() -> None:

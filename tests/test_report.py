@@ -10,7 +10,7 @@ import sys
 import pytest
 from PIL import Image
 
-from kevin_agent.report import report_data, write_report
+from kevin_agent.report import figure, report_data, write_report
 from kevin_agent.run_table import conclude
 from loop_fixtures import stored_run
 
@@ -23,6 +23,14 @@ def test_report_data_is_best_so_far_per_trajectory_with_reference_lines(tmp_path
     assert data.series == {0: [0.0, 0.8, 2.0], 1: [0.0, 0.0, 0.0]}
     assert data.eager_line == 1.0
     assert data.compile_line == pytest.approx(1.2 / 0.8)
+
+
+def test_plot_numbers_turns_from_0_like_candidate_ids(tmp_path):
+    data = report_data(stored_run(tmp_path).load_run("run-1"))
+    axes = figure(data, "title").axes[0]
+    assert list(axes.get_xticks()) == [0, 1, 2]  # t0.2 is plotted at turn 2, not 3
+    xs = {tuple(line.get_xdata()) for line in axes.get_lines() if line.get_label().startswith("trajectory")}
+    assert xs == {(0, 1, 2)}
 
 
 def test_best_so_far_follows_forked_history(tmp_path):

@@ -338,7 +338,12 @@ def test_error_file_missing(tmp_path: Path) -> None:
 def test_error_not_a_python_file(tmp_path: Path) -> None:
     (tmp_path / "model.txt").write_text("class A: pass\n")
     assert "not a .py file" in error_of(f"{tmp_path}/model.txt")
-    assert "not a .py file" in error_of(str(tmp_path))
+    (tmp_path / "net.py").write_text("class A: pass\n")
+    folder = error_of(str(tmp_path))  # a folder: said plainly, with what to give instead
+    assert "not a .py file" not in folder
+    assert folder == (f"{tmp_path}: is a folder, not a Python file: give the module's file and class, "
+                      f"e.g. {tmp_path}/net.py::ClassName (`kevin tui {tmp_path}` lists the nn.Module "
+                      "classes under a folder)")
 
 
 def test_error_syntax_error_names_file_and_line(tmp_path: Path) -> None:

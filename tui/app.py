@@ -14,7 +14,7 @@ from kevin_agent.errors import KevinError
 from kevin_agent.runs.service import RunService
 from kevin_agent.store import RunStore, find_repo_root
 from kevin_agent.tui.commands import KevinCommands
-from kevin_agent.tui.messages import AcceptCommitted, AcceptPlanned, RunLoaded, UndoDone
+from kevin_agent.tui.messages import AcceptCommitted, AcceptPlanned, RunLoaded, UndoDone, UndoProposed
 from kevin_agent.tui.run_setup import SetupValues, default_values
 from kevin_agent.tui.workers import WorkersMixin
 
@@ -153,7 +153,31 @@ class KevinApp(WorkersMixin, App):
         self.push_screen(RunsScreen())
 
     def action_undo(self) -> None:
-        self.undo_accept()
+        """Undo the latest accept, after saying which commit it reverts and asking."""
+        self.propose_undo()
+
+    def on_undo_proposed(self, message: UndoProposed) -> None:
+        from kevin_agent.tui.screens.confirm import ConfirmScreen
+
+        def answered(yes: Optional[bool]) -> None:
+            if yes:
+                self.undo_accept(message.sha)
+            else:
+                self.notify("Nothing was reverted.", title="Undo")
+
+        self.push_screen(ConfirmScreen(f"Revert {message.sha[:10]} {message.subject}?\n"
+                                       "A new commit restores its files; history is kept.",
+                                       yes="Revert", no="Keep"), answered)
+
+    def resume_run(self, run_id: str) -> None:
+        """Continue a stored, unfinished run on a live run screen (the service refuses a run
+        another process is playing, with one line)."""
+        from kevin_agent.runs.request import RunRequest
+        from kevin_agent.tui.screens.run import RunScreen
+
+        request = RunRequest(resume=run_id, config_dir=self.deps.repo_root or self.deps.root,
+                             evaluator=self.deps.evaluator_spec)
+        self.push_screen(RunScreen(request=request))
 
     async def action_quit(self) -> None:
         """Quit; during a run, ask first, then cancel it (finished work stays in the store)."""

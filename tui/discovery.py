@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
+from kevin_agent.accept.find import drop_in_origin
 from kevin_agent.errors import KevinError
 from kevin_agent.task import ModuleClass, find_module_classes
 
@@ -25,6 +26,12 @@ class ModuleEntry:
     module: ModuleClass
     accepted_speedup: Optional[float] = None
     accepted_run: str = ""
+    drop_in_of: Optional[str] = None  # "models/block.py::FusedBlock" for an accepted kernel's drop-in
+
+    @property
+    def original_class(self) -> str:
+        """The class this drop-in replaces ("" for a module to optimize)."""
+        return (self.drop_in_of or "").rpartition("::")[2]
 
     @property
     def spec(self) -> str:
@@ -79,6 +86,10 @@ def scan_modules(root: Path, repo_root: Optional[Path] = None) -> list[ModuleEnt
             continue  # a syntax error: not ours to report here
         label = path.relative_to(base).as_posix()
         for module in classes:
+            origin = drop_in_origin(path, module.name)
+            if origin is not None:  # written by accept: the kernel of another module, not a new one
+                entries.append(ModuleEntry(path, label, module, drop_in_of=origin))
+                continue
             speedup, run_id = _accepted(repo_root, path, module.name)
             entries.append(ModuleEntry(path, label, module, speedup, run_id))
     return sorted(entries, key=lambda e: (e.label, e.module.start_line))

@@ -32,6 +32,13 @@ class RunFinished(Message):
 
 
 @dataclass
+class RunResumed(Message):
+    """A stored run about to be continued: its candidates so far, before the new events."""
+
+    record: Any  # run_record.RunRecord
+
+
+@dataclass
 class RunLoaded(Message):
     """A past run read from the store, to show on a run screen."""
 
@@ -59,6 +66,14 @@ class AcceptCommitted(Message):
     sha: Optional[str]
     subject: str
     paths: list[str]
+
+
+@dataclass
+class UndoProposed(Message):
+    """The commit undo would revert: ask before reverting it."""
+
+    sha: str
+    subject: str
 
 
 @dataclass

@@ -9,6 +9,8 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
 
+from kevin_agent.run_table import turn_label
+
 BLOCKS = "▁▂▃▄▅▆▇█"
 
 
@@ -46,7 +48,7 @@ class SpeedupPlot(Widget):
     """Best speedup vs eager so far, per turn, one line per trajectory."""
 
     DEFAULT_CSS = """
-    SpeedupPlot { height: auto; max-height: 9; padding: 0 1; }
+    SpeedupPlot { height: auto; max-height: 10; padding: 0 1; }
     """
 
     points: reactive[dict[int, dict[int, float]]] = reactive(dict, always_update=True, layout=True)
@@ -69,6 +71,9 @@ class SpeedupPlot(Widget):
         text.append(f"   (█ = {top:.2f}x, green beats eager)\n", style="dim")
         if not series:
             text.append("no verdicts yet", style="dim")
+        else:
+            cells = "".join(f" {turn:<2}" for turn in range(self.turns))  # over each turn's cell
+            text.append(f"   {cells}  turn\n", style="dim")
         for trajectory, line in series.items():
             text.append(f"t{trajectory:<2}")
             text.append_text(sparkline(line, top))
@@ -87,5 +92,5 @@ class RunProgress(Static):
 
     def show(self, status: str, turn: int, turns: int, tokens: int, compiling: int,
              timing: int) -> None:
-        self.update(f"{status} · turn {min(turn + 1, turns)}/{turns} · {tokens:,} tokens · "
+        self.update(f"{status} · turn {turn_label(min(turn, turns - 1), turns)} · {tokens:,} tokens · "
                     f"compiling {compiling} · timing {timing}")

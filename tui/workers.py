@@ -12,7 +12,9 @@ from textual import work
 from textual.message_pump import MessagePump
 
 from kevin_agent.tui.messages import (AcceptCommitted, AcceptPlanned, ModulesScanned,
-                                      RunEventArrived, RunFinished, RunLoaded, RunsListed, UndoDone)
+                                      RunEventArrived, RunFinished, RunLoaded, RunResumed, RunsListed,
+                                      UndoDone,
+                                      UndoProposed)
 
 WORK = dict(thread=True, exclusive=True, exit_on_error=False)
 
@@ -32,6 +34,9 @@ class WorkersMixin:
     def start_run(self, target: MessagePump, request: Any, cancel: threading.Event) -> None:
         """The run service opens and plays the run; events stream to ``target``."""
         prepared = self.deps.service.open(request, lambda event: target.post_message(RunEventArrived(event)))
+        if request.resume:  # show what the run has so far; its new events follow
+            store = self.deps.service.store_for(request.config_dir)
+            target.post_message(RunResumed(store.load_run(prepared.session.run_id)))
         outcome = prepared.play(cancel)
         target.post_message(RunFinished(outcome.record))
 
@@ -62,10 +67,22 @@ class WorkersMixin:
             result.sha, subject, [plan.label(p) for p in result.paths]))
 
     @work(group="accept", **WORK)
-    def undo_accept(self) -> None:
+    def propose_undo(self) -> None:
+        """Find the commit undo would revert; the app asks before ``undo_accept``."""
+        from kevin_agent.accept import undo_target
+
+        sha, subject = undo_target(self._repo_for_undo())
+        self.post_message(UndoProposed(sha, subject))  # type: ignore[attr-defined]
+
+    @work(group="accept", **WORK)
+    def undo_accept(self, expected: Any = None) -> None:
         from kevin_agent.accept import undo_last
+
+        self.post_message(UndoDone(undo_last(self._repo_for_undo(), expected)))  # type: ignore[attr-defined]
+
+    def _repo_for_undo(self) -> Any:
         from kevin_agent.errors import UserInputError
 
         if self.deps.repo_root is None:
             raise UserInputError(f"{self.deps.root} is not inside a git repository: nothing to undo")
-        self.post_message(UndoDone(undo_last(self.deps.repo_root)))  # type: ignore[attr-defined]
+        return self.deps.repo_root

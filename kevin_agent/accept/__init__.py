@@ -9,7 +9,7 @@ from __future__ import annotations
 from kevin_agent.accept.apply import AcceptResult, accept, preflight
 from kevin_agent.accept.find import AcceptedKernel, find_accepted
 from kevin_agent.accept.plan import AcceptPlan, plan_accept
-from kevin_agent.accept.undo import undo_last
+from kevin_agent.accept.undo import undo_last, undo_target
 
 __all__ = [
     "AcceptPlan",
@@ -20,4 +20,5 @@ __all__ = [
     "plan_accept",
     "preflight",
     "undo_last",
+    "undo_target",
 ]

@@ -12,6 +12,22 @@ from kevin_agent.accept.plan import AcceptPlan
 from kevin_agent.errors import UserInputError
 
 NOT_A_REPO_HINT = ": pass --no-commit to write the files without committing"
+HOOKS_CONFIG_KEY = "run_hooks"  # [tool.kevin] run_hooks = true: run pre-commit / commit-msg hooks
+
+
+def hooks_setting(run_hooks: Optional[bool], repo_root: Optional[Path]) -> bool:
+    """Whether commits run the repository's hooks: the flag when given, else ``[tool.kevin]
+    run_hooks``, else False (docs/accept.md says why)."""
+    if run_hooks is not None:
+        return run_hooks
+    from kevin_agent.config import load_config
+
+    config = load_config(repo_root) if repo_root is not None else {}
+    value = config.get(HOOKS_CONFIG_KEY, False)
+    if isinstance(value, bool):
+        return value
+    where = getattr(config, "source", None) or "the config"
+    raise UserInputError(f"bad value for {HOOKS_CONFIG_KEY!r} in {where}: {value!r} (expected true or false)")
 
 
 @dataclass
@@ -44,9 +60,14 @@ def _repo(plan: AcceptPlan, start: Path):
     return git_ops.open_repo(plan.repo_root, hint=NOT_A_REPO_HINT)
 
 
-def accept(plan: AcceptPlan, *, commit: bool = True, branch: Optional[str] = None) -> AcceptResult:
-    """Write the plan's files; with ``commit``, commit exactly them (the user's index stays as is)."""
+def accept(plan: AcceptPlan, *, commit: bool = True, branch: Optional[str] = None,
+           run_hooks: Optional[bool] = None) -> AcceptResult:
+    """Write the plan's files; with ``commit``, commit exactly them (the user's index stays as is).
+
+    ``run_hooks``: run the repository's pre-commit and commit-msg hooks (None: ``hooks_setting``);
+    a failing hook refuses the commit with its output and removes the written files again."""
     preflight(plan, commit=commit, branch=branch)
+    hooks = hooks_setting(run_hooks, plan.repo_root) if commit else False
     paths = sorted(plan.files)
     written = write_files(plan.files)
     if not commit:
@@ -55,8 +76,13 @@ def accept(plan: AcceptPlan, *, commit: bool = True, branch: Optional[str] = Non
     try:
         names = [git_ops.rel(repo, path) for path in paths]
         blobs = git_ops.store_blobs(repo, names)
-        sha = git_ops.commit_paths(repo, blobs, plan.commit_message, branch=branch)
+        sha = git_ops.commit_paths(repo, blobs, plan.commit_message, branch=branch, run_hooks=hooks)
+    except git_ops.HookFailed as failed:
+        written.rollback()
+        raise UserInputError(f"{failed}\n(nothing was committed or written; fix what the hook "
+                             "reports, or accept with --no-run-hooks)") from None
     except git_ops.git_errors() as err:
         written.rollback()
         raise UserInputError(f"{git_ops.one_line(err)} (nothing was committed or written)") from None
-    return AcceptResult(sha=sha, message=plan.commit_message, paths=paths, branch=branch)
+    message = str(repo.commit(sha).message) if hooks else plan.commit_message  # commit-msg may edit it
+    return AcceptResult(sha=sha, message=message, paths=paths, branch=branch)

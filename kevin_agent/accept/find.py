@@ -82,3 +82,14 @@ def find_accepted(repo_root: Path, source_path: Path, class_name: str) -> Option
             candidate_id=header.get("candidate", ""),
         )
     return None
+
+
+def drop_in_origin(module_path: Path, class_name: str) -> Optional[str]:
+    """``"models/block.py::FusedBlock"`` when ``class_name`` in ``module_path`` is the drop-in
+    module written by accepting a kernel for that class (its ``# kevin-source:`` header names the
+    original and the class is the original's name + "CUDA"); None for any other class."""
+    source = read_header(Path(module_path)).get("source", "")
+    _, sep, original = source.rpartition("::")
+    if not sep or not original:
+        return None
+    return source if class_name == ArtifactNames(original, Path(module_path).parent).drop_in_class else None

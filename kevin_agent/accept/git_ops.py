@@ -3,12 +3,19 @@
 A plain ``git commit`` would sweep in whatever the user has staged. Instead the commit's tree is
 built in a temporary index (HEAD plus only our paths), written with commit-tree, HEAD's branch
 moved with update-ref, and then only our paths' entries are updated in the real index.
+
+commit-tree runs no hooks. With ``run_hooks`` the repository's pre-commit hook runs on the
+temporary index (``GIT_INDEX_FILE``, as ``git commit PATHS`` does; what it stages there is
+committed) and its commit-msg hook on the message file (its edits are kept); a hook that fails
+stops the commit with its output (``HookFailed``). ``git hook run`` (git >= 2.36) finds the hooks
+(core.hooksPath included); older git runs ``<git-path hooks>/<name>`` when it is executable.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -26,6 +33,18 @@ _IN_PROGRESS = {
     "REVERT_HEAD": "a revert",
 }
 FILE_MODE = "100644"
+COMMIT_HOOKS = ("pre-commit", "commit-msg")
+HOOK_OUTPUT_LINES = 40  # of a failing hook's output, shown to the user
+
+
+class HookFailed(Exception):
+    """A commit hook exited non-zero: nothing was committed."""
+
+    def __init__(self, hook: str, status: int, output: str) -> None:
+        lines = output.strip().splitlines()
+        shown = "\n".join(lines[-HOOK_OUTPUT_LINES:])
+        super().__init__(f"the repository's {hook} hook failed (exit {status})" + (f":\n{shown}" if shown else ""))
+        self.hook, self.status, self.output = hook, status, output
 
 
 def git_errors() -> tuple[type[BaseException], ...]:
@@ -131,13 +150,37 @@ def _git_env(index_file: str) -> dict[str, str]:
     return {"GIT_INDEX_FILE": index_file}
 
 
+def _hook_command(repo: git.Repo, hook: str, args: list[str]) -> Optional[list[str]]:
+    """How to run ``hook`` (None when the repository has none)."""
+    if tuple(repo.git.version_info[:2]) >= (2, 36):
+        return ["git", "hook", "run", "--ignore-missing", hook, "--", *args]
+    folder = Path(repo.git.rev_parse("--git-path", "hooks"))
+    path = folder if folder.is_absolute() else Path(repo.working_tree_dir) / folder
+    path = path / hook
+    return [str(path), *args] if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def run_hook(repo: git.Repo, hook: str, args: list[str], env: dict[str, str]) -> None:
+    """Run one of the repository's hooks in its working tree; HookFailed when it exits non-zero."""
+    command = _hook_command(repo, hook, args)
+    if command is None:
+        return
+    done = subprocess.run(command, cwd=repo.working_tree_dir, env={**os.environ, **env},
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, errors="replace")
+    if done.returncode != 0:
+        raise HookFailed(hook, done.returncode, done.stdout)
+
+
 def commit_paths(repo: git.Repo, entries: dict[str, Optional[str]], message: str,
-                 branch: Optional[str] = None) -> str:
+                 branch: Optional[str] = None, run_hooks: bool = False) -> str:
     """Commit ``entries`` (repo-relative path -> blob id, None = delete) on top of HEAD.
 
     Only those paths change, in the commit and in the real index; the user's other staged and
     unstaged work is left exactly as it was. With ``branch``, the commit goes on a new branch made
-    at HEAD and HEAD switches to it (same commit, so the working tree is untouched).
+    at HEAD and HEAD switches to it (same commit, so the working tree is untouched). With
+    ``run_hooks``, the pre-commit and commit-msg hooks run first (module docstring); HookFailed
+    leaves everything as it was.
     """
     parent = head_sha(repo)
     with tempfile.TemporaryDirectory(prefix="kevin-index-") as scratch:
@@ -145,11 +188,17 @@ def commit_paths(repo: git.Repo, entries: dict[str, Optional[str]], message: str
         if parent is not None:
             repo.git.read_tree(parent, env=env)
         _stage(repo, entries, env=env)
-        tree = repo.git.write_tree(env=env)
         message_file = os.path.join(scratch, "message")
         Path(message_file).write_text(message, encoding="utf-8")
+        if run_hooks:
+            run_hook(repo, "pre-commit", [], env)
+            run_hook(repo, "commit-msg", [message_file], env)
+            message = Path(message_file).read_text(encoding="utf-8")
+        tree = repo.git.write_tree(env=env)
         parents = ["-p", parent] if parent else []
         sha = repo.git.commit_tree(tree, *parents, "-F", message_file)
+    if run_hooks:  # the real index gets what was committed (a hook may have restaged our paths)
+        entries = {path: tree_blob(repo, sha, path) for path in entries}
     subject = message.splitlines()[0]
     zero = "0" * 40
     if branch is not None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import textwrap
 from typing import Any, Optional
 
-from kevin_agent.data import Candidate, TimingStats, Verdict
-from kevin_agent.run_table import better_choice, tie_with
+from kevin_agent.data import REPLAY_GPU_NAME, Candidate, TimingStats, Verdict, VerdictDetails
+from kevin_agent.run_table import better_choice, plural, tie_with
+from kevin_agent.verdict_text import gpu_short, is_replayed, measured_label
 
 RUN_TRAILER = "Kevin-Run"
 CANDIDATE_TRAILER = "Kevin-Candidate"
@@ -25,7 +26,7 @@ def subject(class_name: str, verdict: Verdict) -> str:
         parts.append(f"{_x(details.speedup_vs_compile)} torch.compile")
     if better_choice(details) == "tie":
         parts.append(f"a tie with {tie_with(details)}")
-    parts.append(details.gpu_name or "unknown GPU")
+    parts.append(gpu_short(details) or "unknown GPU")
     return f"kevin: CUDA kernel for {class_name} ({', '.join(parts)})"
 
 
@@ -37,7 +38,7 @@ def _search_line(settings: dict[str, Any]) -> str:
     trajectories, turns = settings.get("trajectories"), settings.get("turns")
     if trajectories is None or turns is None:
         return ""
-    text = f" ({trajectories} trajectories x {turns} turns"
+    text = f" ({plural(trajectories, 'trajectory')} x {plural(turns, 'turn')}"
     if settings.get("beam_keep"):
         text += f", beam keeping {settings['beam_keep']}"
     return text + ")"
@@ -53,6 +54,8 @@ def _correctness_line(verdict: Verdict) -> str:
     if d.rtol is not None:
         tolerances.append(f"rtol {d.rtol:g}")
     line = f"{trials} on fresh random inputs"
+    if is_replayed(d):
+        line += " (recorded, replayed here)"
     if tolerances:
         line += ", " + ", ".join(tolerances)
     if d.max_abs_error is not None:
@@ -84,6 +87,25 @@ def _verdict_note(verdict: Verdict) -> Optional[str]:
     return None
 
 
+def _environment_line(d: VerdictDetails) -> str:
+    gpu = d.gpu_name if d.gpu_name and d.gpu_name != REPLAY_GPU_NAME else None
+    line = ", ".join([gpu or "unknown GPU", f"torch {d.torch_version or 'unknown'}",
+                      f"CUDA {d.cuda_version or 'unknown'}"])
+    if is_replayed(d):
+        line += f" (measured in run {d.measured_in}, replayed here)" if d.measured_in else " (replayed here)"
+    return line
+
+
+def _intro(source_label: str, verdict: Verdict) -> str:
+    d = verdict.details
+    if is_replayed(d):
+        return (f"Drop-in CUDA replacement for {source_label}, written by the Kevin model. Verdict "
+                f"{measured_label(d)}: kevin-agent did not check or time it against the original "
+                "module on this machine. Run the generated test on a GPU.")
+    return (f"Drop-in CUDA replacement for {source_label}, written by the Kevin model and "
+            f"verified by kevin-agent on the GPU against the original module.")
+
+
 def commit_message(*, class_name: str, source_label: str, run_id: str, candidate: Candidate,
                    verdict: Verdict, settings: dict[str, Any], paths: list[str]) -> str:
     d = verdict.details
@@ -93,16 +115,16 @@ def commit_message(*, class_name: str, source_label: str, run_id: str, candidate
         ("Correctness", _correctness_line(verdict)),
         ("Timing", _timing_line(verdict)),
         ("Speed of light", None if d.sol_fraction is None else f"{d.sol_fraction:.0%} of the GPU's peak"),
-        ("Environment", ", ".join([d.gpu_name or "unknown GPU", f"torch {d.torch_version or 'unknown'}",
-                                   f"CUDA {d.cuda_version or 'unknown'}"])),
+        ("Environment", _environment_line(d)),
     ]
     width = max(len(label) for label, _ in rows) + 2
     body = [f"{(label + ':').ljust(width)}{value}" for label, value in rows if value]
-    intro = (f"Drop-in CUDA replacement for {source_label}, written by the Kevin model and "
-             f"verified by kevin-agent on the GPU against the original module.")
+    intro = _intro(source_label, verdict)
     files = "Files:\n" + "\n".join(f"  {path}" for path in paths)
     note = _verdict_note(verdict)
-    parts = [subject(class_name, verdict), textwrap.fill(intro, 72), "\n".join(body)] + ([textwrap.fill(note, 72)] if note else []) + [files]
+    paragraphs = [intro] + ([note] if note else [])
+    wrapped = [textwrap.fill(text, 72, break_on_hyphens=False) for text in paragraphs]
+    parts = [subject(class_name, verdict), wrapped[0], "\n".join(body), *wrapped[1:], files]
     trailers = f"{RUN_TRAILER}: {run_id}\n{CANDIDATE_TRAILER}: {candidate.id}"
     return "\n\n".join(parts + [trailers]) + "\n"
 

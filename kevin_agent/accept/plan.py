@@ -18,6 +18,7 @@ from kevin_agent.accept.signature import find_class
 from kevin_agent.data import Candidate, Verdict
 from kevin_agent.errors import UserInputError
 from kevin_agent.store import find_repo_root
+from kevin_agent.verdict_text import gpu_short, is_replayed, measured_label
 
 if TYPE_CHECKING:
     from kevin_agent.store import RunRecord
@@ -143,7 +144,7 @@ def plan_accept(record: RunRecord, candidate_id: Optional[str] = None, repo_root
     source_label = f"{_relative(source, repo_root)}::{class_name}"
     d = verdict.details
     prov = Provenance(source_label, record.run_id, candidate.id, d.speedup_vs_eager,
-                      d.speedup_vs_compile, d.gpu_name or "unknown GPU")
+                      d.speedup_vs_compile, gpu_short(d) or "unknown GPU")
     files = module_files(candidate.code or "", names, prov, original)
     plan = AcceptPlan(files=files, commit_message="", repo_root=repo_root, run_id=record.run_id,
                       candidate_id=candidate.id, class_name=class_name, source_path=source)
@@ -154,6 +155,9 @@ def plan_accept(record: RunRecord, candidate_id: Optional[str] = None, repo_root
         class_name=class_name, source_label=source_label, run_id=record.run_id, candidate=candidate,
         verdict=verdict, settings=dict(record.settings or {}), paths=[plan.label(p) for p in sorted(files)],
     )
+    if is_replayed(d):
+        plan.notes.append(f"verdict {measured_label(d)}: the kernel was not checked or timed on "
+                          "this machine; run the generated test on a GPU before relying on it")
     if d.speedup_vs_compile is not None and d.speedup_vs_compile <= 1.0:
         plan.notes.append(f"torch.compile is faster for {class_name} on this GPU "
                           f"({d.speedup_vs_compile:.2f}x vs torch.compile): consider torch.compile instead")

@@ -65,8 +65,26 @@ def _restore_worktree(repo: git.Repo, entries: dict[str, Optional[str]]) -> None
             target.write_bytes(repo.odb.stream(bytes.fromhex(blob)).read())
 
 
-def undo_last(repo_root: Path) -> str:
-    """Revert the latest kevin-agent commit; the sha of the revert commit. Refuses if its files changed."""
+def undo_target(repo_root: Path) -> tuple[str, str]:
+    """(sha, subject) of the commit ``undo_last`` would revert (to ask before reverting it);
+    UserInputError when there is none."""
+    repo = git_ops.open_repo(Path(repo_root))
+    try:
+        commit = latest_kevin_commit(repo)
+    except git_ops.git_errors() as err:
+        raise UserInputError(git_ops.one_line(err)) from None
+    if commit is None:
+        raise UserInputError("no kevin-agent commit to undo on this branch")
+    return commit.hexsha, str(commit.message).splitlines()[0]
+
+
+def undo_last(repo_root: Path, expected: Optional[str] = None, run_hooks: Optional[bool] = None) -> str:
+    """Revert the latest kevin-agent commit; the sha of the revert commit. Refuses if its files
+    changed, or when ``expected`` is given and the latest kevin-agent commit is another one.
+    ``run_hooks`` as for ``accept`` (None: ``[tool.kevin] run_hooks``, default off)."""
+    from kevin_agent.accept.apply import hooks_setting
+
+    hooks = hooks_setting(run_hooks, Path(repo_root))
     repo = git_ops.open_repo(Path(repo_root))
     try:
         busy = git_ops.operation_in_progress(repo)
@@ -77,11 +95,20 @@ def undo_last(repo_root: Path) -> str:
         commit = latest_kevin_commit(repo)
         if commit is None:
             raise UserInputError("no kevin-agent commit to undo on this branch")
+        if expected is not None and commit.hexsha != expected:
+            raise UserInputError(f"the latest kevin-agent commit is now {commit.hexsha[:10]}, not "
+                                 f"{expected[:10]}: nothing was reverted")
         paths = _changed_paths(repo, commit)
         _check_untouched(repo, commit, paths)
         parent = commit.parents[0].hexsha if commit.parents else None
         entries = {path: git_ops.tree_blob(repo, parent, path) for path in paths}
-        sha = git_ops.commit_paths(repo, entries, _revert_message(commit))
+        if hooks:  # the hooks see the files as the revert restores them
+            _restore_worktree(repo, entries)
+        try:
+            sha = git_ops.commit_paths(repo, entries, _revert_message(commit), run_hooks=hooks)
+        except git_ops.HookFailed as failed:
+            _restore_worktree(repo, {path: git_ops.tree_blob(repo, commit.hexsha, path) for path in paths})
+            raise UserInputError(f"{failed}\n(nothing was reverted)") from None
         _restore_worktree(repo, entries)
     except git_ops.git_errors() as err:
         raise UserInputError(git_ops.one_line(err)) from None

@@ -1,4 +1,4 @@
-"""``kevin accept RUN [CANDIDATE] [--commit | --no-commit] [--branch NAME]``."""
+"""``kevin accept RUN [CANDIDATE] [--commit | --no-commit] [--branch NAME] [--run-hooks]``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from kevin_agent.errors import UserInputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", help="run id, or `latest`")
-    parser.add_argument("candidate", nargs="?", help="candidate id, e.g. t1.3 (default: the run's best)")
+    parser.add_argument("run", metavar="RUN", help="a run id (or a unique prefix), or 'latest'")
+    parser.add_argument("candidate", nargs="?", metavar="CANDIDATE",
+                        help="a candidate id such as t1.3 (trajectory 1, turn 3); default: the run's best")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--commit", dest="commit", action="store_const", const=True, default=None,
                       help="write the files and commit exactly them (no question asked)")
@@ -21,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="commit on a new branch NAME made at HEAD (needed on a detached HEAD)")
     parser.add_argument("--target-dir", type=Path, metavar="DIR",
                         help="where the files go (default: next to the module, or [tool.kevin] accept_dir)")
+    parser.add_argument("--run-hooks", action=argparse.BooleanOptionalAction, default=None,
+                        help="run the repository's pre-commit and commit-msg hooks on the commit; a "
+                             "failing hook refuses it (default: off, or [tool.kevin] run_hooks)")
 
 
 def _interactive() -> bool:
@@ -54,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             print("nothing written")
             return 0
         commit = True
-    result = accept(plan, commit=commit, branch=args.branch)
+    result = accept(plan, commit=commit, branch=args.branch, run_hooks=args.run_hooks)
     for path in result.paths:
         print(f"wrote {plan.label(path)}")
     if result.sha:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", help="run id, or `latest`")
-    parser.add_argument("candidate", nargs="?", help="candidate id, e.g. t1.3 (default: the run's best)")
+    parser.add_argument("run", metavar="RUN", help="a run id (or a unique prefix), or 'latest'")
+    parser.add_argument("candidate", nargs="?", metavar="CANDIDATE",
+                        help="a candidate id such as t1.3 (trajectory 1, turn 3); default: the run's best")
     parser.add_argument("--target-dir", type=Path, metavar="DIR",
                         help="where the files would go (default: next to the module)")
 

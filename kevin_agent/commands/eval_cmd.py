@@ -1,7 +1,10 @@
 """``kevin eval TASK CANDIDATE.py``: judge one candidate kernel and print its verdict.
 
-Exit 0 whenever it evaluated (any verdict), 2 for bad input, 3 for a missing CUDA device or nvcc.
-Standard library at module level only: runs with just torch on a bare GPU host.
+Exit 0 whenever it evaluated (any verdict), 2 for bad input, 3 for a missing nvcc (or torch), and
+3 when no CUDA device is visible: then the static checks and the compile still run and their
+verdict is printed (exit 0 when they fail: the user learns what is wrong), and one line says that
+the GPU stage needs a GPU. Standard library at module level only: runs with just torch on a bare
+GPU host.
 """
 
 from __future__ import annotations
@@ -9,9 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 
-from kevin_agent.errors import UserInputError
+from kevin_agent.errors import EnvironmentProblem, UserInputError
 from kevin_agent.verdict_text import render_verdict
 
 
@@ -25,8 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timing-trials", type=_positive, default=None, metavar="N",
                         help="timed runs per variant (default 100)")
     parser.add_argument("--no-torch-compile", action="store_true", help="do not time the torch.compile reference")
-    parser.add_argument("--arch", default=None, metavar="9.0",
-                        help="CUDA architecture to build for (default: the device's)")
+    parser.add_argument("--arch", default=None, metavar="ARCH",
+                        help="CUDA architecture to build for, e.g. 9.0 (default: the device's, or "
+                             "TORCH_CUDA_ARCH_LIST; needed to compile on a machine without a GPU)")
     parser.add_argument("--cache", default=None, metavar="DIR", help="build cache directory")
     parser.add_argument("--policy", choices=("strict", "partial"), default=None,
                         help="strict (only your own CUDA kernels; the default) or partial (library "
@@ -64,31 +69,68 @@ def _arch(text: str | None) -> str | None:
     return text
 
 
-def run(args: argparse.Namespace) -> int:
+NEEDS_GPU = ("the GPU stage (correctness, timing) needs an NVIDIA GPU, and none is visible here: "
+             "only the static checks and the compile ran. Run `kevin eval` on a GPU machine for the "
+             "full verdict (`--compile-only` stops after compiling and exits 0)")
+
+
+def _settings(args: argparse.Namespace, compile_only: bool):  # -> EvalSettings
     import os
 
     from kevin_agent.config import load_config, resolve_eval_settings
     from kevin_agent.evaluate.api import EvalSettings
-    from kevin_agent.evaluate.evaluator import CudaEvaluator
-    from kevin_agent.task import load_task
 
-    task = load_task(args.task)
-    code = read_candidate(args.candidate)
     defaults = EvalSettings()
-    settings = EvalSettings(
+    return EvalSettings(
         correctness_trials=args.trials or defaults.correctness_trials,
         timing_trials=args.timing_trials or defaults.timing_trials,
-        compile_only=args.compile_only,
+        compile_only=compile_only,
         with_torch_compile=not args.no_torch_compile,
         arch=_arch(args.arch),
         cache_dir=Path(args.cache).expanduser() if args.cache else None,
         **resolve_eval_settings({"policy": args.policy, "sandbox": args.sandbox}, os.environ, load_config(None)),
     )
-    evaluator = CudaEvaluator(settings)
+
+
+def _gpu_visible() -> bool:
     try:
-        evaluator.check_environment()
+        from kevin_agent.evaluate.environment import detect_device
+
+        return detect_device()[0] is not None
+    except ImportError:  # no torch: check_environment says so
+        return False
+
+
+def run(args: argparse.Namespace) -> int:
+    from kevin_agent.evaluate.evaluator import CudaEvaluator
+    from kevin_agent.evaluate.verdicts import static_verdict
+    from kevin_agent.task import load_task
+
+    task = load_task(args.task)
+    code = read_candidate(args.candidate)
+    without_gpu = not args.compile_only and not _gpu_visible()
+    if without_gpu:  # what can be judged here still is: static checks first, needing nothing
+        rejected = static_verdict(code, task.source)
+        if rejected is not None:
+            _print(rejected, args.json)
+            return 0
+    evaluator = CudaEvaluator(_settings(args, compile_only=args.compile_only or without_gpu))
+    try:
+        try:
+            evaluator.check_environment()
+        except EnvironmentProblem as problem:
+            if without_gpu:
+                raise EnvironmentProblem(f"the static checks passed, but to compile: {problem}") from None
+            raise
         verdict = evaluator.evaluate(task, [code])[0]
     finally:
         evaluator.close()
-    print(json.dumps(verdict.to_dict(), indent=2) if args.json else render_verdict(verdict))
+    _print(verdict, args.json)
+    if without_gpu and verdict.ok:
+        print(f"kevin eval: {NEEDS_GPU}", file=sys.stderr)
+        return 3
     return 0
+
+
+def _print(verdict, as_json: bool) -> None:  # verdict: data.Verdict
+    print(json.dumps(verdict.to_dict(), indent=2) if as_json else render_verdict(verdict))

@@ -128,11 +128,13 @@ def _report(args: argparse.Namespace, record: Any) -> None:
 
     from kevin_agent.progress import print_run_result, stdout_console
     from kevin_agent.run_table import run_summary_dict
+    from kevin_agent.verdict_text import replay_note
 
     resume_hint = f"kevin optimize --resume {record.run_id}"
     if args.json:
         summary = run_summary_dict(record)
         summary["resume_command"] = resume_hint if record.status != "done" else None
+        summary["replayed"] = replay_note(record)  # None when the verdicts were measured here
         print(json.dumps(summary, indent=2))
     else:
         print_run_result(stdout_console(), record)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -11,6 +12,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a candidate id such as t0.2 (trajectory 0, turn 2)")
     parser.add_argument("--reasoning", action="store_true",
                         help="with CANDIDATE: also print the model's full response and reasoning")
+
+
+def _shape(settings: dict[str, Any]) -> str:
+    """"2 trajectories x 1 turn" (or what is known of it)."""
+    from kevin_agent.run_table import plural
+
+    counts = [plural(settings[key], word) for key, word in (("trajectories", "trajectory"), ("turns", "turn"))
+              if isinstance(settings.get(key), int)]
+    return " x ".join(counts) or "shape unknown"
+
+
+def _backend(settings: dict[str, Any]) -> str:
+    """"backend openai (cognition-ai/Kevin-32B)", or "backend scripted (replies.json)"."""
+    backend = settings.get("backend") or {}
+    name = backend.get("backend")
+    detail = backend.get("script") if name == "scripted" else backend.get("model")
+    return f"backend {name}" + (f" ({detail})" if detail else "")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -22,11 +40,8 @@ def run(args: argparse.Namespace) -> int:
     if args.candidate is None:
         origin = record.task.origin
         where = f"{origin.path}::{origin.class_name}" if origin else record.task.class_name
-        settings = record.settings
-        print(f"run {record.run_id}: {where}, {settings.get('trajectories')} trajectories x "
-              f"{settings.get('turns')} turns, backend {settings.get('backend', {}).get('backend')} "
-              f"({settings.get('backend', {}).get('model')}), status {record.status}, "
-              f"created {record.created}")
+        print(f"run {record.run_id}: {where}, {_shape(record.settings)}, "
+              f"{_backend(record.settings)}, status {record.status}, created {record.created}")
         if record.error:
             print(f"error: {record.error}")
         print_run_result(stdout_console(), record)

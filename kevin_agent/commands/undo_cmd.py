@@ -9,6 +9,9 @@ from pathlib import Path
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo", type=Path, default=None, metavar="DIR",
                         help="the repository (default: the one holding the current directory)")
+    parser.add_argument("--run-hooks", action=argparse.BooleanOptionalAction, default=None,
+                        help="run the repository's pre-commit and commit-msg hooks on the revert "
+                             "commit (default: off, or [tool.kevin] run_hooks)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -16,6 +19,6 @@ def run(args: argparse.Namespace) -> int:
     from kevin_agent.accept.git_ops import open_repo
 
     repo = open_repo(args.repo or Path.cwd())
-    sha = undo_last(Path(repo.working_tree_dir))
+    sha = undo_last(Path(repo.working_tree_dir), run_hooks=args.run_hooks)
     print(f"{sha[:10]} {repo.commit(sha).summary}")
     return 0

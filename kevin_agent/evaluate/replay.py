@@ -5,7 +5,10 @@ wrapping around) and/or ``{"by_marker": {"MARKER": Verdict.to_dict()}}`` (the fi
 file order, found in the candidate code picks the verdict; markers win over the ordered list).
 Optional ``"default"`` (a verdict for candidates nothing else matches) and ``"delay_s"`` (sleep
 per candidate, to test cancellation). The real static checks run first, so reward hacks are
-rejected even here. Every verdict carries ``gpu_name="replay"``: never a real measurement.
+rejected even here. Every recorded verdict served comes back with ``details.replayed=True``: it
+keeps the GPU it was measured on (``gpu_name``) and the run it was measured in (``measured_in``),
+and gets ``gpu_name="replay"`` only when the recording names no GPU. Faces label such verdicts
+"measured on GPU in run X, replayed here" (verdict_text.measured_label): never a measurement here.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ def _parse_verdict(raw: Any, where: str) -> Verdict:
 class ReplayEvaluator(Evaluator):
     """An ``Evaluator`` serving a file of recorded verdicts."""
 
-    gpu_name = REPLAY_GPU_NAME
+    gpu_name = REPLAY_GPU_NAME  # this evaluator measures nothing
+    replayed = True  # its verdicts are recordings (loop.runtime names no GPU in prompts from it)
 
     def __init__(self, path: str | Path, *, delay_s: Optional[float] = None) -> None:
         self.path = Path(path)
@@ -65,7 +69,8 @@ class ReplayEvaluator(Evaluator):
                 VerdictDetails(error="no replay verdict"),
             )
         verdict = copy.deepcopy(chosen)
-        verdict.details.gpu_name = REPLAY_GPU_NAME
+        verdict.details.replayed = True
+        verdict.details.gpu_name = verdict.details.gpu_name or REPLAY_GPU_NAME
         return verdict
 
     def evaluate(
@@ -95,7 +100,6 @@ class ReplayEvaluator(Evaluator):
                 if self.delay_s > 0 and cancel is None:
                     threading.Event().wait(self.delay_s)
                 verdict = self.pick(code)
-            verdict.details.gpu_name = REPLAY_GPU_NAME
             verdicts.append(verdict)
             if on_verdict is not None:
                 on_verdict(index, verdict)

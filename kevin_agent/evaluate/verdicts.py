@@ -26,7 +26,8 @@ def static_verdict(code: str, task_source: Optional[str] = None) -> Optional[Ver
     if not violations:
         return None
     text = format_violations(violations)
-    text = text if len(violations) == 1 else "\n" + text
+    if len(violations) > 1:  # a count, then one problem per line (no dangling "compiling: " line)
+        text = f"{len(violations)} problems.\n{text}"
     return Verdict(Stage.STATIC, False, feedback.static_error(text),
                    VerdictDetails(static_rule=violations[0].rule))
 

@@ -7,7 +7,7 @@ import threading
 from typing import Any, Callable, Optional, Sequence
 
 from kevin_agent.backends.base import Backend, Completion, SamplingParams, TokenCallback
-from kevin_agent.data import REPLAY_GPU_NAME, Message
+from kevin_agent.data import Message
 from kevin_agent.errors import KevinError
 from kevin_agent.evaluate.api import Evaluator
 from kevin_agent.loop.settings import RunSettings
@@ -83,5 +83,5 @@ def target_gpu_name(evaluator: Evaluator, settings: RunSettings) -> str:
     else the backend's ``target_gpu`` setting, else a generic name."""
     from kevin_agent.prompts import target_gpu_name as prompt_gpu_name
 
-    device = evaluator.gpu_name if evaluator.gpu_name != REPLAY_GPU_NAME else None
+    device = None if getattr(evaluator, "replayed", False) else evaluator.gpu_name
     return prompt_gpu_name(settings.gpu_name or device, settings.backend.target_gpu)

@@ -67,7 +67,9 @@ def load_task(spec: str) -> Task:
     path = Path(path_text)
     if not path.exists():
         raise UserInputError(f"{path_text}: no such file")
-    if path.is_dir() or path.suffix != ".py":
+    if path.is_dir():
+        raise UserInputError(_folder_message(path, path_text))
+    if path.suffix != ".py":
         raise UserInputError(f"{path_text}: not a .py file (give FILE.py or FILE.py::ClassName)")
     try:
         with tokenize.open(path) as handle:
@@ -75,6 +77,14 @@ def load_task(spec: str) -> Task:
     except (OSError, SyntaxError, UnicodeDecodeError) as err:
         raise UserInputError(f"{path_text}: cannot read it as Python source: {err}") from None
     return _build(source, path_text, os.path.abspath(path), class_name.strip() or None)
+
+
+def _folder_message(folder: Path, text: str) -> str:
+    """A folder was given as a task: say so, and what to give instead (a file of it, for example)."""
+    files = sorted(p.name for p in folder.glob("*.py") if p.is_file() and not p.name.startswith("test_"))
+    example = f"{text.rstrip('/')}/{files[0]}::ClassName" if files else "FILE.py::ClassName"
+    return (f"{text}: is a folder, not a Python file: give the module's file and class, e.g. "
+            f"{example} (`kevin tui {text}` lists the nn.Module classes under a folder)")
 
 
 def task_from_source(source: str, path: str, class_name: str | None) -> Task:

@@ -72,7 +72,17 @@ async def test_run_details_accept_commit_and_undo(tmp_path):
         assert "Kevin-Run: " + RUN_ID in head.message
         assert repo.is_dirty(path="models/add.py")  # the user's edit stays uncommitted
 
+        accepted = repo.head.commit.hexsha
+        await pilot.press("u")  # asks first, naming the commit it would revert
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="undo question")
+        assert accepted[:10] in str(app.screen.query_one("#confirm-question", Static).render())
+        await pilot.press("n")
+        await wait_for(pilot, lambda: any("Nothing was reverted" in n for n in notifications(app)),
+                       what="kept")
+        assert repo.head.commit.hexsha == accepted and (root / "models" / "model_kernel.cu").exists()
         await pilot.press("u")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="undo question")
+        await pilot.press("y")
         await wait_for(pilot, lambda: any(n.startswith("Undone") for n in notifications(app)),
                        what="undo")
         assert repo.head.commit.message.startswith("Revert")

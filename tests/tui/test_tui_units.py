@@ -61,3 +61,32 @@ def test_best_so_far_is_a_running_maximum_per_trajectory():
 def test_kevin_tui_on_a_missing_path_is_a_one_line_error(capsys):
     assert main(["tui", "/no/such/folder"]) == 2
     assert capsys.readouterr().err.strip() == "kevin tui: /no/such/folder: no such file or folder"
+
+
+def test_plot_and_progress_number_turns_from_0_like_candidate_ids():
+    from kevin_agent.tui.widgets import RunProgress, SpeedupPlot
+
+    plot = SpeedupPlot(turns=3)
+    plot.set_point(0, 0, 0.5)
+    plot.set_point(0, 2, 2.0)
+    lines = plot.render().plain.splitlines()
+    assert lines[1].split() == ["0", "1", "2", "turn"]  # the axis: turns 0, 1, 2
+    assert lines[2].startswith("t0") and lines[2].rstrip().endswith("2.00x")
+    progress = RunProgress()
+    progress.show("running", 2, 3, 1234, 0, 1)
+    assert "turn 2 (0-2)" in str(progress.render()) and "3/3" not in str(progress.render())
+
+
+def test_scan_marks_accepted_drop_ins_as_the_kernel_of_their_original(tmp_path):
+    from kevin_agent.accept.names import ArtifactNames
+    from kevin_agent.accept.render import Provenance, header
+
+    (tmp_path / "block.py").write_text(NO_INPUTS.replace("Doubler", "Block"))
+    names = ArtifactNames("Block", tmp_path)
+    prov = Provenance("block.py::Block", "run-1", "t0.1", 2.0, 1.2, "NVIDIA H200")
+    names.module_path.write_text(header(names, prov, ["block_kernel.cu"]) + "\n"
+                                 + NO_INPUTS.replace("Doubler", "BlockCUDA"))
+    # a class in another file that merely ends in CUDA is still a module to optimize
+    (tmp_path / "other.py").write_text(NO_INPUTS.replace("Doubler", "MyCUDA"))
+    found = {e.module.name: e.drop_in_of for e in scan_modules(tmp_path)}
+    assert found == {"Block": None, "BlockCUDA": "block.py::Block", "MyCUDA": None}

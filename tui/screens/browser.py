@@ -48,9 +48,7 @@ class BrowserScreen(Screen):
         self.entries = list(message.entries)
         table = self.query_one("#modules", DataTable)
         row = table.cursor_row
-        rows = [(entry.label, entry.module.name, str(entry.module.start_line),
-                 "ok" if entry.module.has_inputs else "missing",
-                 speedup_text(entry.accepted_speedup)) for entry in self.entries]
+        rows = [_row(entry) for entry in self.entries]
         fill_table(table, COLUMNS, rows, [str(i) for i in range(len(rows))])
         if self.entries:
             table.move_cursor(row=min(row, len(self.entries) - 1))
@@ -68,6 +66,9 @@ class BrowserScreen(Screen):
         note = self.query_one("#module-note", Static)
         if entry is None:
             note.update("No nn.Module classes found here." if not self.entries else "")
+        elif entry.drop_in_of:
+            note.update(Text(f"{entry.module.name}: the accepted kernel of {entry.drop_in_of}", style="bold")
+                        + Text(" (written by accept, not a module to optimize). Enter: go to the original."))
         elif entry.module.missing_inputs:
             note.update(Text("Needs example inputs: ", style="bold") + Text(entry.module.missing_inputs))
         elif entry.accepted_speedup is not None:
@@ -88,6 +89,9 @@ class BrowserScreen(Screen):
         entry = self.selected
         if entry is None:
             return
+        if entry.drop_in_of:
+            self._go_to_original(entry)
+            return
         if not entry.module.has_inputs:
             self.notify(entry.module.missing_inputs or "this module has no example inputs",
                         title="Example inputs needed", severity="warning")
@@ -95,3 +99,23 @@ class BrowserScreen(Screen):
         from kevin_agent.tui.screens.setup import SetupScreen
 
         self.app.push_screen(SetupScreen(entry))
+
+    def _go_to_original(self, entry: ModuleEntry) -> None:
+        """A drop-in is not a module to optimize: move to the class it replaces."""
+        original = entry.original_class
+        for index, other in enumerate(self.entries):
+            if not other.drop_in_of and other.module.name == original and \
+                    entry.drop_in_of.partition("::")[0].endswith(other.path.name):
+                self.query_one("#modules", DataTable).move_cursor(row=index)
+                return
+        self.notify(f"{entry.module.name} is the accepted kernel of {entry.drop_in_of}; set up runs "
+                    "on the original module", title="Accepted kernel")
+
+
+def _row(entry: ModuleEntry) -> tuple[str, ...]:
+    """file, class, line, inputs, accepted: a drop-in says whose kernel it is."""
+    if entry.drop_in_of:
+        return (entry.label, entry.module.name, str(entry.module.start_line), "-",
+                f"kernel of {entry.original_class}")
+    return (entry.label, entry.module.name, str(entry.module.start_line),
+            "ok" if entry.module.has_inputs else "missing", speedup_text(entry.accepted_speedup))

@@ -16,7 +16,7 @@ from kevin_agent.run_record import RunRecord
 from kevin_agent.runs.request import RunRequest
 from kevin_agent.runs.state import RunView
 from kevin_agent.tui.formatting import ROW_COLUMNS, ROW_WIDTHS, row_cells
-from kevin_agent.tui.messages import RunEventArrived, RunFinished
+from kevin_agent.tui.messages import RunEventArrived, RunFinished, RunResumed
 from kevin_agent.tui.widgets import RunProgress, SpeedupPlot
 
 ACTIVE = ("starting", "running", "cancelling")
@@ -132,10 +132,14 @@ class RunScreen(Screen):
         for candidate, verdict in record.candidates:
             self._show_row(candidate, verdict)
         from kevin_agent.run_table import conclude
+        from kevin_agent.verdict_text import replay_note
 
         text = conclude(record).text + "".join(f"\nNote: {note}." for note in record.notes)
         if record.status == "failed" and record.error:
             text = f"Run failed: {record.error}"
+        note = replay_note(record, text)
+        if note:
+            text += f"\n{note}"
         self.query_one("#conclusion", Static).update(text)
         self._refresh_progress()
         self.refresh_bindings()
@@ -158,6 +162,12 @@ class RunScreen(Screen):
         elif isinstance(event, RunFailed):
             self.notify(event.message, title="Run failed", severity="error", timeout=10)
         self._refresh_progress()
+
+    def on_run_resumed(self, message: RunResumed) -> None:
+        message.stop()
+        self.load_record(message.record)
+        self.notify(f"Continuing run {message.record.run_id} ({message.record.status}); finished "
+                    "turns are kept.", title="Resumed")
 
     def on_run_finished(self, message: RunFinished) -> None:
         message.stop()

@@ -1,4 +1,4 @@
-"""Past runs from the store; Enter opens one on a run screen."""
+"""Past runs from the store; Enter opens one on a run screen, `c` continues an unfinished one."""
 
 from __future__ import annotations
 
@@ -16,12 +16,14 @@ COLUMNS = ("run", "class", "status", "best", "candidates", "created")
 class RunsScreen(Screen):
     BINDINGS = [
         Binding("enter", "open", "Open run"),
+        Binding("c", "resume", "Continue run"),
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
     def __init__(self) -> None:
         super().__init__(id="runs")
         self.run_ids: list[str] = []
+        self.statuses: list[str] = []
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -35,6 +37,7 @@ class RunsScreen(Screen):
     def on_runs_listed(self, message: RunsListed) -> None:
         table = self.query_one(DataTable)
         self.run_ids = [run.run_id for run in message.runs]
+        self.statuses = [run.status for run in message.runs]
         rows = [(run.run_id, run.class_name, run.status, speedup_text(run.best_speedup),
                  str(run.candidates), run.created.replace("T", " ")) for run in message.runs]
         fill_table(table, COLUMNS, rows, self.run_ids)
@@ -46,7 +49,24 @@ class RunsScreen(Screen):
         event.stop()
         self.action_open()
 
-    def action_open(self) -> None:
+    def _selected(self) -> int | None:
         table = self.query_one(DataTable)
-        if self.run_ids and table.cursor_row >= 0:
-            self.app.open_run(self.run_ids[table.cursor_row])  # type: ignore[attr-defined]
+        if self.run_ids and 0 <= table.cursor_row < len(self.run_ids):
+            return table.cursor_row
+        return None
+
+    def action_open(self) -> None:
+        row = self._selected()
+        if row is not None:
+            self.app.open_run(self.run_ids[row])  # type: ignore[attr-defined]
+
+    def action_resume(self) -> None:
+        """Continue an unfinished run (cancelled, failed, or left running by a killed process)."""
+        row = self._selected()
+        if row is None:
+            return
+        run_id = self.run_ids[row]
+        if self.statuses[row] == "done":
+            self.notify(f"Run {run_id} is already done: Enter opens it.", title="Continue run")
+            return
+        self.app.resume_run(run_id)  # type: ignore[attr-defined]

@@ -19,7 +19,8 @@ from pathlib import Path
 from kevin_agent.errors import EnvironmentProblem
 
 RECIPE_VERSION = "kevin-build-3"  # bump when generated files or flags change meaning
-NO_ARCH = "no CUDA device to target: set TORCH_CUDA_ARCH_LIST (e.g. 9.0) to compile without one"
+NO_ARCH = ("no CUDA device to target: to compile without one, name the architecture with `--arch 9.0` "
+           "(kevin eval) or TORCH_CUDA_ARCH_LIST=9.0")
 
 
 DEFAULT_CUDA_HOME = Path("/usr/local/cuda")

@@ -50,9 +50,9 @@ def check_candidate(code: str, task_source: Optional[str] = None) -> list[Violat
     try:
         tree = ast.parse(code)
     except SyntaxError as error:
+        where = "" if error.lineno else " (line unknown)"  # format_violations prefixes "line N: "
         return [Violation("syntax", error.lineno,
-                          f"Python syntax error at line {error.lineno}: {error.msg}. Answer with a complete, "
-                          "valid Python file.")]
+                          f"Python syntax error{where}: {error.msg}. Answer with a complete, valid Python file.")]
     except ValueError as error:  # e.g. null bytes in the source
         return [Violation("syntax", None, f"The answer is not valid Python source: {error}.")]
     ctx = build_context(code, tree, task_source)

@@ -1,10 +1,14 @@
 -- kevin-agent for Neovim 0.7+: starts `kevin lsp` for Python buffers and adds :Kevin* commands.
 --   require('kevin').setup{ settings = { backend = 'openai', endpoint = 'http://localhost:8000/v1',
 --                                        model = 'cognition-ai/Kevin-32B', trajectories = 4, turns = 4 } }
+-- With the default cmd, the project's own .venv/bin/kevin (or venv/bin/kevin) is used when it
+-- exists, so Neovim need not be started from an activated virtual environment.
 local M = {}
 
+M.VENVS = { '.venv', 'venv' }  -- project folders searched for bin/kevin
+
 M.config = {
-  cmd = { 'kevin', 'lsp' },
+  cmd = { 'kevin', 'lsp' },   -- 'kevin' (the default) is looked up in the project's venv first
   filetypes = { 'python' },
   settings = {},      -- the "kevin" section: backend, endpoint, model, trajectories, turns
   handlers = {},      -- extra LSP handlers (merged over the defaults below)
@@ -39,6 +43,27 @@ local function root_dir(bufnr)
   return dir
 end
 
+-- The command that starts the server for a project rooted at `root`: the configured one, with a
+-- bare 'kevin' resolved to <root>/.venv/bin/kevin (or venv/) when that exists. nil, reason when
+-- no `kevin` can be found at all.
+function M.server_cmd(root)
+  local cmd = M.config.cmd
+  if cmd[1] ~= 'kevin' then
+    return cmd
+  end
+  for _, venv in ipairs(M.VENVS) do
+    local found = root .. '/' .. venv .. '/bin/kevin'
+    if vim.fn.executable(found) == 1 then
+      return vim.list_extend({ found }, vim.list_slice(cmd, 2))
+    end
+  end
+  if vim.fn.executable('kevin') == 1 then
+    return cmd
+  end
+  return nil, string.format('kevin: no `kevin` on PATH nor in %s/.venv/bin: activate the virtual '
+    .. 'environment kevin-agent is installed in, or pass cmd = { "/path/to/kevin", "lsp" } to setup', root)
+end
+
 local function client()
   return client_id and vim.lsp.get_client_by_id(client_id) or nil
 end
@@ -56,12 +81,21 @@ M.refresh_lenses = refresh_lenses
 function M.start(bufnr)
   bufnr = bufnr or vim.api.nvim_get_current_buf()
   if not client() then
+    local root = root_dir(bufnr)
+    local cmd, problem = M.server_cmd(root)
+    if not cmd then
+      if not M.warned then  -- once, not for every Python buffer opened
+        M.warned = true
+        notify(problem, vim.log.levels.ERROR)
+      end
+      return nil
+    end
     local handlers = vim.tbl_extend('force', { ['window/showDocument'] = show_document },
       M.config.handlers or {})
     client_id = vim.lsp.start_client({
       name = 'kevin',
-      cmd = M.config.cmd,
-      root_dir = root_dir(bufnr),
+      cmd = cmd,
+      root_dir = root,
       init_options = { kevin = M.config.settings },
       settings = { kevin = M.config.settings },
       handlers = handlers,

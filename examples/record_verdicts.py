@@ -1,0 +1,106 @@
+"""Record examples/verdicts.json on a GPU host: judge the demo's recorded replies for real.
+
+    python examples/record_verdicts.py            # needs an NVIDIA GPU, nvcc and kevin-agent
+
+It copies fused_gelu.py and replies.json to a scratch folder, runs
+
+    kevin optimize fused_gelu.py::FusedGELU -m 2 -n 2 --backend scripted --script replies.json \
+        --evaluator cuda --json
+
+there (the real evaluator: compile, correctness on fresh inputs, timing against eager and
+torch.compile), reads every verdict back from that run's store, and writes them to
+examples/verdicts.json keyed by the marker comment of each answer ("# demo answer t1.1 ..."), in
+the format ``--evaluator replay:FILE`` reads. Each verdict keeps the GPU it was measured on
+(``gpu_name``) and the run it was measured in (``measured_in``), so a replay says "measured on
+<GPU> in run <id>, replayed here".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+MARKER = re.compile(r"^# demo answer [^\n]*$", re.MULTILINE)
+TARGET = "fused_gelu.py::FusedGELU"
+MACHINE_LOCAL = ("build_log_path",)  # paths on the recording host mean nothing elsewhere
+
+
+def marker_of(code: str) -> str:
+    """The answer's marker comment (the key replay matches the candidate's code on)."""
+    found = MARKER.findall(code or "")
+    if len(found) != 1:
+        raise SystemExit(f"record_verdicts: expected one '# demo answer' line per answer, found {found}")
+    return found[0]
+
+
+def verdicts_document(record: Any, command: str) -> dict[str, Any]:
+    """The replay file for a stored run (``RunRecord``): by_marker -> verdict, plus what was recorded."""
+    by_marker: dict[str, Any] = {}
+    for candidate, verdict in record.candidates:
+        if verdict is None:
+            raise SystemExit(f"record_verdicts: {candidate.id} has no verdict (run {record.run_id} is "
+                             f"{record.status})")
+        raw = verdict.to_dict()
+        details = raw["details"]
+        details["measured_in"] = record.run_id
+        details["replayed"] = False
+        for key in MACHINE_LOCAL:
+            details[key] = None
+        by_marker[marker_of(candidate.code or candidate.response)] = raw
+    some = next(iter(by_marker.values()))["details"] if by_marker else {}
+    return {
+        "recorded": {
+            "gpu_name": record.gpu_name, "run_id": record.run_id,
+            "torch_version": some.get("torch_version"), "cuda_version": some.get("cuda_version"),
+            "date": time.strftime("%Y-%m-%d"), "command": command,
+            "note": "real verdicts, written by examples/record_verdicts.py",
+        },
+        "by_marker": by_marker,
+    }
+
+
+def record(out: Path) -> int:
+    from kevin_agent.store import RunStore
+
+    args = [TARGET, "-m", "2", "-n", "2", "--backend", "scripted", "--script", "replies.json",
+            "--evaluator", "cuda", "--json"]
+    with tempfile.TemporaryDirectory(prefix="kevin-demo-record-") as scratch:
+        folder = Path(scratch)
+        for name in ("fused_gelu.py", "replies.json"):
+            shutil.copy(HERE / name, folder / name)
+        done = subprocess.run([sys.executable, "-m", "kevin_agent", "optimize", *args], cwd=folder,
+                              stdout=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            print(f"record_verdicts: kevin optimize exited {done.returncode}; nothing written",
+                  file=sys.stderr)
+            return done.returncode
+        run_id = json.loads(done.stdout)["run_id"]
+        with RunStore.for_path(folder) as store:
+            stored = store.load_run(run_id)
+    if not stored.gpu_name:
+        print("record_verdicts: the verdicts name no GPU; nothing written", file=sys.stderr)
+        return 1
+    document = verdicts_document(stored, "kevin optimize " + " ".join(args))
+    out.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {out}: {len(document['by_marker'])} verdicts measured on {stored.gpu_name} in run {run_id}")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-o", "--output", type=Path, default=HERE / "verdicts.json",
+                        help="where to write the replay file (default: examples/verdicts.json)")
+    return record(parser.parse_args().output)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
