@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from kevin_agent.data import REPLAY_GPU_NAME, Candidate, TimingStats, Verdict, VerdictDetails
 from kevin_agent.run_record import RunRecord
+from kevin_agent.verdict_text import is_replayed, measured_label
 
 def plural(count: int, word: str) -> str:
     """"1 turn", "4 turns", "1 trajectory", "2 trajectories"."""
@@ -129,7 +130,8 @@ def _fmt(speedup: Optional[float]) -> str:
 def conclude(record: RunRecord) -> Conclusion:
     """What the user should take from the run."""
     gpu = record.gpu_name
-    note = " (replayed verdicts: not a measurement)" if gpu == REPLAY_GPU_NAME else ""
+    replayed = any(v is not None and is_replayed(v.details) for _, v in record.candidates)
+    note = " (replayed verdicts: not a measurement here)" if replayed else ""
     where = f" on {gpu}" if gpu and gpu != REPLAY_GPU_NAME else ""
     best = record.best()
     if best is None:
@@ -140,6 +142,8 @@ def conclude(record: RunRecord) -> Conclusion:
         return Conclusion(None, None, None, False, "eager",
                           f"No correct kernel was found; keep the PyTorch module.{extra}{note}")
     candidate, verdict = best
+    if is_replayed(verdict.details):  # say where the numbers were measured, once
+        where, note = f", {measured_label(verdict.details)}", ""
     better = better_choice(verdict.details)
     text = _conclusion_text(candidate.id, verdict.details, better, where)
     return Conclusion(candidate.id, verdict.details.speedup_vs_eager, verdict.details.speedup_vs_compile,

@@ -56,7 +56,8 @@ def test_optimize_table_conclusion_runs_and_show(repo):
     assert done.returncode == 0, done.stderr
     for cid in ("t0.0", "t1.0", "t0.1", "t1.1"):
         assert cid in done.stdout
-    assert "Best kernel t0.1: 2.00x vs eager, 1.33x vs torch.compile: a win over both" in done.stdout
+    assert ("Best kernel t0.1: 2.00x vs eager, 1.33x vs torch.compile, recorded with no GPU named, replayed "
+            "here: a win over both") in done.stdout
     assert "t0.1: timing ok, 2.00x vs eager" in done.stderr  # plain progress lines off a terminal
 
     runs = kevin(repo, "runs")
