@@ -455,3 +455,19 @@ def test_self_check_command_exits_zero_here():
                           timeout=100, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "sandbox: landlock abi" in proc.stdout and "NOT BLOCKED" not in proc.stdout
+
+
+@pytest.mark.timeout(120)
+def test_launch_runs_a_module_already_confined(world):
+    """``launch -m MODULE``: the module (here the self-check's child, told not to confine itself)
+    runs under the launcher's layer, applied before the module's first line."""
+    policy = worker_policy(world["scratch"], gpu=False, protect=[world["repo"]])
+    argv = ["kevin_agent.evaluate.sandbox.check_child", "--mode", "off", "--policy", policy.to_json(),
+            "--targets", json.dumps(world["targets"])]
+    proc = subprocess.run(launch_command(policy, argv, "required", module=True), cwd=world["scratch"],
+                          env=child_env(world["home"]), capture_output=True, text=True, timeout=100)
+    line = [l for l in proc.stdout.splitlines() if l.startswith("KEVIN_SANDBOX_CHECK:")]
+    assert line, proc.stderr[-2000:]
+    results = json.loads(line[0][len("KEVIN_SANDBOX_CHECK:"):])["results"]
+    assert not results["read_home"]["ok"] and not results["tcp_connect"]["ok"] and not results["spawn_shell"]["ok"]
+    assert results["write_scratch"]["ok"] and results["thread"]["ok"]

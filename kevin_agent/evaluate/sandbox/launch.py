@@ -31,15 +31,25 @@ def launch_command(policy: SandboxPolicy, argv: Sequence[str], mode: str = "auto
     return head + (["-m", *argv] if module else ["--", *argv])
 
 
+def _split(argv: Sequence[str]) -> tuple[list[str], Optional[str], list[str]]:
+    """(launcher options, module or None, the target's arguments): everything after ``-m MODULE``
+    or ``--`` belongs to the target, untouched."""
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return list(argv[:i]), None, list(argv[i + 1:])
+        if arg == "-m" and i + 1 < len(argv):
+            return list(argv[:i]), argv[i + 1], list(argv[i + 2:])
+    return list(argv), None, []
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="kevin_agent.evaluate.sandbox.launch")
+    options, module, rest = _split(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="kevin_agent.evaluate.sandbox.launch",
+                                     usage="%(prog)s [--mode MODE] --policy JSON (-m MODULE | -- PROGRAM) [ARGS]")
     parser.add_argument("--mode", choices=MODES, default="auto")
     parser.add_argument("--policy", required=True, help="SandboxPolicy as JSON")
-    parser.add_argument("-m", dest="module", help="run this module as __main__ after confining")
-    parser.add_argument("rest", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
-    if not args.module and not rest:
+    args = parser.parse_args(options)
+    if not module and not rest:
         parser.error("give -m MODULE or -- PROGRAM")
     try:
         report = confine(SandboxPolicy.from_json(args.policy), args.mode)  # type: ignore[arg-type]
@@ -48,9 +58,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_UNCONFINED
     if os.environ.get("KEVIN_SANDBOX_VERBOSE"):
         print(f"kevin-sandbox: {report.details_line()}", file=sys.stderr, flush=True)
-    if args.module:
-        sys.argv = [args.module, *rest]
-        runpy.run_module(args.module, run_name="__main__", alter_sys=True)
+    if module:
+        sys.argv = [module, *rest]
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
         return 0
     try:
         os.execvp(rest[0], rest)
