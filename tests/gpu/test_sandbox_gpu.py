@@ -136,12 +136,18 @@ os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
 from kevin_agent.evaluate.sandbox import confine, startup_policy, worker_policy
 for c in {[str(c) for c in caches]!r}:
     os.makedirs(c, exist_ok=True)
-first = confine(startup_policy({str(job)!r}, {str(sandbox_cache)!r}, extra_write={[str(c) for c in caches]!r}), "required")
+import dataclasses
+policy = startup_policy({str(job)!r}, {str(sandbox_cache)!r}, extra_write={[str(c) for c in caches]!r})
+files = [p for p in os.environ.get("KEVIN_SANDBOX_TEST_WRITE_FILES", "").split(":") if p]
+families = [int(f) for f in os.environ.get("KEVIN_SANDBOX_TEST_FAMILIES", "").split(",") if f]
+policy = dataclasses.replace(policy, write_files=tuple(files) or policy.write_files,
+                             socket_families=tuple(families) or policy.socket_families)
+first = confine(policy, "required")
 import torch
 x = torch.randn(1000, 1000, device="cuda")
 f = torch.compile(lambda t: torch.nn.functional.gelu(t) * 2 + 1)
 ok1 = torch.allclose(f(x), torch.nn.functional.gelu(x) * 2 + 1, atol=1e-5)
-second = confine(worker_policy({str(job)!r}, []), "required")
+second = confine(dataclasses.replace(worker_policy({str(job)!r}, []), write_files=policy.write_files), "required")
 try:
     g = torch.compile(lambda t: torch.sigmoid(t) * 3 - 1)
     g(x); torch.cuda.synchronize(); compiled_after = "ok"
