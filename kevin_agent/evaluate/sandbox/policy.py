@@ -11,6 +11,7 @@ import glob
 import importlib.util
 import json
 import os
+import shutil
 import site
 import sys
 from dataclasses import asdict, dataclass, field, fields
@@ -130,6 +131,30 @@ def cuda_homes() -> list[str]:
     return _existing(homes)
 
 
+TOOL_NAMES = ("cc", "gcc", "c++", "g++", "ninja", "nvcc", "ldconfig")
+
+
+def toolchain_paths(protect: Sequence[str | os.PathLike[str]] = ()) -> list[str]:
+    """Install trees of the compilers and tools on PATH (and $CC, $CXX) that live outside the
+    system trees, e.g. /opt/gcc for /opt/gcc/bin/gcc: torch.compile and the compile step run
+    them. A tree inside or around a protected path (a compiler in ~/.local/bin) shrinks to the
+    binary's own folder."""
+    guarded = protected_paths(protect)
+    found = []
+    names = [*TOOL_NAMES, *(os.environ.get(v, "").split()[0] for v in ("CC", "CXX") if os.environ.get(v))]
+    for name in names:
+        path = shutil.which(name)
+        if not path:
+            continue
+        binary_dir = os.path.dirname(_real(path))
+        tree = os.path.dirname(binary_dir)
+        if tree == "/" or any(_contains(tree, g) or _contains(g, tree) for g in guarded):
+            tree = binary_dir
+        if not any(_contains(system, tree) for system in SYSTEM_EXEC):
+            found.append(tree)
+    return _existing(found)
+
+
 def _package_dir(name: str) -> Optional[str]:
     """The directory of an installed package, found without importing it."""
     module = sys.modules.get(name)
@@ -232,8 +257,9 @@ def startup_policy(job_dir: str | os.PathLike[str], cache_root: str | os.PathLik
     compile caches (``extra_write``: torch.compile's inductor and Triton caches, the
     speed-of-light cache), and system programs may run (Triton's ptxas, the C compiler, ldconfig).
     The candidate phase then adds ``worker_policy`` on top: see ``confine``."""
-    read = system_read_paths([*([cache_root] if cache_root else []), *extra_read])
-    executable = [*SYSTEM_EXEC, *cuda_homes(), *python_read_paths()]
+    tools = toolchain_paths(protect)
+    read = system_read_paths([*([cache_root] if cache_root else []), *tools, *extra_read])
+    executable = [*SYSTEM_EXEC, *cuda_homes(), *python_read_paths(), *tools]
     return _policy(read, [os.fspath(job_dir), *extra_write], gpu=gpu, protect=protect, processes=True,
                    executable=executable, tmpdir=os.fspath(job_dir),
                    socket_families=DRIVER_SOCKET_FAMILIES if gpu else ())
@@ -244,8 +270,9 @@ def compile_policy(build_dir: str | os.PathLike[str], extra_read: Sequence[str |
     """A compile step (ninja, nvcc, g++) on model-written sources: read the toolchain, torch's
     headers and ``extra_read`` (the precompiled header); write only ``build_dir`` (also TMPDIR);
     run system and CUDA programs; no sockets, no GPU."""
-    read = system_read_paths(extra_read)
-    executable = [*SYSTEM_EXEC, *cuda_homes(), *python_read_paths()]
+    tools = toolchain_paths(protect)
+    read = system_read_paths([*tools, *extra_read])
+    executable = [*SYSTEM_EXEC, *cuda_homes(), *python_read_paths(), *tools]
     return _policy(read, [os.fspath(build_dir)], gpu=False, protect=protect, processes=True,
                    executable=executable, tmpdir=os.fspath(build_dir))
 
