@@ -1,0 +1,165 @@
+"""The sandbox on a GPU host: the self-check passes with the GPU's device nodes in the policy,
+correct kernels pass in a confined worker with unchanged timing, and attacks inside real CUDA
+candidates (at import and inside forward) are stopped, the verdict naming the refusal."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gpu_helpers import REPO, correct_candidate, log_record, run_job, task_source
+
+from kevin_agent.data import Stage
+from kevin_agent.evaluate.sandbox.attacks import PRELUDE, by_name
+from kevin_agent.evaluate.sandbox.check import _Listener
+
+pytestmark = pytest.mark.gpu
+
+CONFINED_WORKER = REPO / "tests" / "fixtures" / "sandbox" / "confined_worker.py"
+TIMED = {"with_torch_compile": False, "timing_trials": 60, "warmup_trials": 5}
+ATTACKS = ("read_home", "write_repo", "list_repo", "tcp_connect", "spawn_shell", "raise_nofile")
+REFUSALS = ("PermissionError: [Errno 13]", "PermissionError: [Errno 1]", "not allowed to raise maximum limit")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+@pytest.fixture(scope="module")
+def sandbox_cache(tmp_path_factory, device_arch):
+    from kevin_agent.evaluate.build import BuildCache, compile_many
+
+    root = tmp_path_factory.mktemp("kevin-sandbox-cache")
+    outcomes = compile_many([correct_candidate(n) for n in ("add", "matmul")], BuildCache(root, arch=device_arch))
+    assert all(o.ok for o in outcomes), [o.message[:1500] for o in outcomes if not o.ok]
+    return root
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sandbox-gpu-world")
+    home, repo = root / "home", root / "repo"
+    home.mkdir()
+    repo.mkdir()
+    (home / "secret.txt").write_text("api key\n")
+    (repo / "task.py").write_text("class Model: pass\n")
+    listener = _Listener()
+    yield {"home": home, "repo": repo, "listener": listener,
+           "targets": {"home_file": str(home / "secret.txt"), "home_dir": str(home), "repo_dir": str(repo),
+                       "repo_file": str(repo / "task.py"), "port": listener.port, "victim_pid": os.getpid(),
+                       "scratch": str(root)}}
+    listener.close()
+
+
+@pytest.fixture(scope="module")
+def pools(sandbox_cache, world):
+    from kevin_agent.evaluate.isolation import WorkerPool
+
+    extra = {"KEVIN_SANDBOX_CACHE": str(sandbox_cache), "KEVIN_SANDBOX_PROTECT": str(world["repo"]),
+             "CUDA_CACHE_PATH": str(sandbox_cache / "nv-compute-cache")}
+    with WorkerPool(run_timeout_s=300.0) as plain, \
+            WorkerPool([sys.executable, str(CONFINED_WORKER)], run_timeout_s=300.0, extra_env=extra) as boxed:
+        yield plain, boxed
+
+
+@pytest.mark.timeout(300)
+def test_self_check_passes_on_the_gpu_host():
+    proc = subprocess.run([sys.executable, "-m", "kevin_agent.evaluate.sandbox"], capture_output=True, text=True,
+                          timeout=200, env=_env())
+    log_record({"event": "sandbox-check", "stdout": proc.stdout[-4000:], "rc": proc.returncode})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name", ("add", "matmul"))
+def test_correct_kernel_passes_confined_with_unchanged_timing(pools, sandbox_cache, name):
+    plain, boxed = pools
+    medians = {}
+    for label, pool in (("plain", plain), ("confined", boxed), ("plain2", plain), ("confined2", boxed)):
+        result = run_job(pool, sandbox_cache, task_source(name), correct_candidate(name), f"sandbox/{label}/{name}",
+                         **TIMED)
+        verdict = result.verdict
+        assert (verdict.stage, verdict.ok) == (Stage.TIMING, True), (label, verdict.message, result.stderr_tail)
+        medians[label] = verdict.details.kernel.median_ms
+        if label.startswith("confined"):
+            assert "sandbox: landlock abi" in result.stderr_tail and "all_threads=True" in result.stderr_tail, \
+                result.stderr_tail
+    plain_ms = min(medians["plain"], medians["plain2"])
+    boxed_ms = min(medians["confined"], medians["confined2"])
+    log_record({"event": "sandbox-timing", "name": name, "medians_ms": medians, "ratio": boxed_ms / plain_ms})
+    assert boxed_ms == pytest.approx(plain_ms, rel=0.05), medians
+
+
+def _with_attack(source: str, code: str, where: str, targets: dict) -> str:
+    head = PRELUDE + f"\nT = {targets!r}\n"
+    if where == "import":
+        return head + code + "\n" + source
+    return (head + source + "\n_kevin_forward = ModelNew.forward\n"
+            "def _attacking_forward(self, *args):\n    " + code + "\n    return _kevin_forward(self, *args)\n"
+            "ModelNew.forward = _attacking_forward\n")
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("where", ("import", "forward"))
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_attack_in_a_cuda_candidate_is_stopped(pools, sandbox_cache, world, attack, where):
+    _, boxed = pools
+    before = world["listener"].accepted
+    source = _with_attack(correct_candidate("add"), by_name(attack).code, where, world["targets"])
+    result = run_job(boxed, sandbox_cache, task_source("add"), source, f"sandbox/attack/{attack}/{where}",
+                     with_torch_compile=False, timing_trials=5, warmup_trials=1)
+    verdict = result.verdict
+    assert not verdict.ok and verdict.stage == Stage.LOAD, (verdict.stage, verdict.message, result.stderr_tail)
+    assert any(r in verdict.message for r in REFUSALS), verdict.message
+    assert world["listener"].accepted == before
+    assert not list(world["repo"].glob("pwned-*"))
+
+
+@pytest.mark.timeout(300)
+def test_torch_compile_works_under_the_startup_layer_only(tmp_path, sandbox_cache):
+    """torch.compile (Triton: ptxas, a C compiler) needs processes: it runs under the start-up
+    layer; under the candidate layer it is refused, so the reference must be compiled first."""
+    job = tmp_path / "job"
+    (job / "work").mkdir(parents=True)
+    caches = [sandbox_cache / "inductor", sandbox_cache / "triton"]
+    code = f"""
+import os, json, sys
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = {str(caches[0])!r}
+os.environ["TRITON_CACHE_DIR"] = {str(caches[1])!r}
+os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+from kevin_agent.evaluate.sandbox import confine, startup_policy, worker_policy
+for c in {[str(c) for c in caches]!r}:
+    os.makedirs(c, exist_ok=True)
+import dataclasses
+policy = startup_policy({str(job)!r}, {str(sandbox_cache)!r}, extra_write={[str(c) for c in caches]!r})
+files = [p for p in os.environ.get("KEVIN_SANDBOX_TEST_WRITE_FILES", "").split(":") if p]
+families = [int(f) for f in os.environ.get("KEVIN_SANDBOX_TEST_FAMILIES", "").split(",") if f]
+policy = dataclasses.replace(policy, write_files=tuple(files) or policy.write_files,
+                             socket_families=tuple(families) or policy.socket_families)
+first = confine(policy, "required")
+import torch
+x = torch.randn(1000, 1000, device="cuda")
+f = torch.compile(lambda t: torch.nn.functional.gelu(t) * 2 + 1)
+ok1 = torch.allclose(f(x), torch.nn.functional.gelu(x) * 2 + 1, atol=1e-5)
+second = confine(dataclasses.replace(worker_policy({str(job)!r}, []), write_files=policy.write_files), "required")
+try:
+    g = torch.compile(lambda t: torch.sigmoid(t) * 3 - 1)
+    g(x); torch.cuda.synchronize(); compiled_after = "ok"
+except Exception as exc:
+    compiled_after = type(exc).__name__ + ": " + str(exc)[:200]
+print("OUT:" + json.dumps({{"first": first.applied, "ok1": bool(ok1), "threads": second.threads, "after": compiled_after}}))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=job / "work", capture_output=True, text=True,
+                          timeout=280, env=_env())
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("OUT:")]
+    assert lines, proc.stderr[-4000:]
+    out = json.loads(lines[0][4:])
+    log_record({"event": "sandbox-torch-compile", **out})
+    assert out["ok1"], out
+    assert out["after"] != "ok", "torch.compile was expected to need processes once the candidate layer is on"
