@@ -28,7 +28,7 @@ LAYERS: dict[str, int] = {
     "kevin_agent.parsing": 1,
     # 2: code by the process it runs in
     "kevin_agent.evaluate.static": 2, "kevin_agent.evaluate.build": 2, "kevin_agent.evaluate.worker": 2,
-    "kevin_agent.evaluate.provenance": 1,
+    "kevin_agent.evaluate.provenance": 1, "kevin_agent.evaluate.sandbox": 1,
     "kevin_agent.backends": 2,
     # 3: the parent-side evaluator
     "kevin_agent.evaluate": 3,
@@ -44,10 +44,10 @@ LAYERS: dict[str, int] = {
 
 # Code that runs in the evaluator's child processes: torch and the standard library only.
 CHILD_SIDE = ("kevin_agent.evaluate.worker", "kevin_agent.evaluate.build", "kevin_agent.evaluate.source",
-              "kevin_agent.evaluate.provenance",
+              "kevin_agent.evaluate.provenance", "kevin_agent.evaluate.sandbox",
               "kevin_agent.evaluate.protocol", "kevin_agent.evaluate.processes", "kevin_agent.evaluate.api")
 CHILD_MAY_IMPORT = ("kevin_agent.evaluate.worker", "kevin_agent.evaluate.build", "kevin_agent.evaluate.source",
-                    "kevin_agent.evaluate.provenance",
+                    "kevin_agent.evaluate.provenance", "kevin_agent.evaluate.sandbox",
                     "kevin_agent.evaluate.protocol", "kevin_agent.evaluate.processes",
                     "kevin_agent.evaluate.api", "kevin_agent.data", "kevin_agent.feedback",
                     "kevin_agent.errors", "kevin_agent.atomic")

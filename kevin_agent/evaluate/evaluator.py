@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -62,7 +63,7 @@ class CudaEvaluator(Evaluator):
         self._book = BaselineBook(None)
         self._used: dict[tuple[str, str], tuple[Lane, Baseline]] = {}  # (task, gpu) -> what was used
         self.gpu_name: Optional[str] = None
-        self.last_worker_results: list[WorkerResult] = []  # of the latest batches (bench)
+        self.last_worker_results: deque[WorkerResult] = deque(maxlen=4096)  # the latest jobs (bench)
 
     @property
     def cache_dir(self) -> Path:
