@@ -10,6 +10,7 @@ and reused. ``make_evaluator`` picks the real evaluator or the replay double.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -95,6 +96,7 @@ class CudaEvaluator(Evaluator):
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             self._cache = BuildCache(self.cache_dir, arch=self._arch, timeout_s=self.settings.compile_timeout_s,
                                      ninja_jobs=NINJA_JOBS_PER_BUILD)
+            self._cache.sandbox = self._sandbox_mode()
             self._compiles = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="kevin-compile")
             self._compiles.submit(self._cache.warm)  # the shared torch header, while candidates arrive
             self._book = BaselineBook(self.cache_dir / "baselines")
@@ -109,7 +111,7 @@ class CudaEvaluator(Evaluator):
                 raise EnvironmentProblem("no CUDA device is visible to evaluate on")
             env = {"TORCH_CUDA_ARCH_LIST": self._arch or ""}
             self._lanes = [LocalLane(d, self.settings, worker_command=self.worker_command, extra_env=env,
-                                     spares=self.spares) for d in devices]
+                                     spares=self.spares, cache_dir=self.cache_dir) for d in devices]
         self.gpu_name = self.gpu_name or self._lanes[0].device.name
         for lane in self._lanes:
             lane.warm()  # torch import + CUDA init overlap the compiles
@@ -117,6 +119,22 @@ class CudaEvaluator(Evaluator):
                                       daemon=True)
             thread.start()
             self._threads.append(thread)
+
+    def _sandbox_mode(self) -> str:
+        """Probe the kernel's confinement once; say plainly when there is none (or refuse, when
+        it is required). The mode the children get."""
+        mode = self.settings.sandbox
+        if mode == "off":
+            return mode
+        from kevin_agent.evaluate.sandbox import probe
+
+        support = probe()
+        if not support.available:
+            if mode == "required":
+                raise EnvironmentProblem(f"sandbox = \"required\" but this host cannot confine: {support.reason}")
+            print(f"kevin: sandbox: none ({support.reason}); model-written code runs unconfined",
+                  file=sys.stderr, flush=True)
+        return mode
 
     # -- one batch -----------------------------------------------------------------------------
 

@@ -68,6 +68,7 @@ class _Worker:
 
 
 Gate = Callable[[], ContextManager[object]]  # held from job handover to the process's end
+Confine = Callable[[Path, Sequence[str]], list[str]]  # (job folder, command) -> the confined command
 
 
 class WorkerPool:
@@ -90,6 +91,7 @@ class WorkerPool:
         base_env: Optional[Mapping[str, str]] = None,
         extra_env: Optional[Mapping[str, str]] = None,
         keep_scratch: bool = False,
+        confine: Optional[Confine] = None,
     ) -> None:
         self.command = tuple(command) if command else DEFAULT_WORKER_COMMAND
         self.run_timeout_s = run_timeout_s
@@ -98,6 +100,7 @@ class WorkerPool:
         self.base_env = base_env
         self.extra_env = dict(extra_env or {})
         self.keep_scratch = keep_scratch
+        self.confine = confine  # the sandbox: each worker confined to its own job folder
         self._own_root = scratch_root is None
         self.scratch_root = Path(scratch_root or tempfile.mkdtemp(prefix="kevin-workers-"))
         self.scratch_root.mkdir(parents=True, exist_ok=True)
@@ -117,8 +120,9 @@ class WorkerPool:
         env = scrubbed_environment(self.base_env)
         env.update(self.extra_env)
         with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+            command = self.confine(scratch, self.command) if self.confine else list(self.command)
             proc = subprocess.Popen(
-                list(self.command),
+                command,
                 stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=err,

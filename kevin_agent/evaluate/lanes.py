@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from kevin_agent.evaluate.api import EvalSettings, WaitCallback
-from kevin_agent.evaluate.isolation import WorkerPool, WorkerResult
+from kevin_agent.evaluate.isolation import Confine, WorkerPool, WorkerResult
 from kevin_agent.evaluate.lease import GpuLease
 from kevin_agent.evaluate.protocol import Baseline, WorkerJob
 
@@ -78,11 +78,16 @@ class LocalLane(Lane):
 
     def __init__(self, device: DeviceInfo, settings: EvalSettings, *,
                  worker_command: Optional[Sequence[str]] = None, extra_env: Mapping[str, str] = (),
-                 spares: int = 3, lease_folder: Optional[Path] = None) -> None:
+                 spares: int = 3, lease_folder: Optional[Path] = None,
+                 cache_dir: Optional[Path] = None) -> None:
         self.device = device
         env = {**dict(extra_env), "CUDA_VISIBLE_DEVICES": visible_device(device)}
+        confine = None
+        if worker_command is None and settings.sandbox != "off" and cache_dir is not None:
+            confine = worker_confinement(settings.sandbox, cache_dir)
+            env["CUDA_CACHE_PATH"] = str(cache_dir / "cuda-jit")
         self.pool = WorkerPool(worker_command, run_timeout_s=settings.run_timeout_s, extra_env=env,
-                               spares=spares)
+                               spares=spares, confine=confine)
         self.lease = GpuLease(device.uuid, device.label, lease_folder)
 
     def run(self, job: WorkerJob, *, build_entries: Sequence[Path] = (),
@@ -99,6 +104,25 @@ class LocalLane(Lane):
 
     def close(self) -> None:
         self.pool.close()
+
+
+def worker_confinement(mode: str, cache_dir: Path) -> Confine:
+    """Start each GPU worker confined from its first instruction (``sandbox.startup_policy``):
+    reads the system and the build cache, writes its job folder and the compile caches; the
+    worker adds the candidate layer itself before any candidate code runs."""
+    from kevin_agent.evaluate.build.specs import protected_paths
+    from kevin_agent.evaluate.sandbox import launch_command, startup_policy
+
+    caches = [cache_dir / name for name in ("inductor", "triton", "speed-of-light", "cuda-jit")]
+    for folder in caches:
+        folder.mkdir(parents=True, exist_ok=True)
+    protect = protected_paths()
+
+    def confine(job_dir: Path, command: Sequence[str]) -> list[str]:
+        policy = startup_policy(job_dir, cache_dir, extra_write=caches, protect=protect)
+        return launch_command(policy, ["kevin_agent.evaluate.worker"], mode, module=True)
+
+    return confine
 
 
 def visible_device(device: DeviceInfo) -> str:

@@ -19,6 +19,7 @@ import time
 import types
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 from kevin_agent.evaluate.build.flags import Toolchain, toolchain
 from kevin_agent.evaluate.build.layout import Layout, split_layout, whole_layout
@@ -60,6 +61,7 @@ class BuildCache:
         self.timeout_s = timeout_s
         self.ninja_jobs = ninja_jobs or max(2, os.cpu_count() or 2)
         self.split = split  # False forces the whole path (benchmarks, comparisons)
+        self.sandbox = "auto"  # confine compilers and the load_inline recorder: auto | required | off
         self._toolchain: Toolchain | None = None
 
     @property
@@ -74,6 +76,17 @@ class BuildCache:
         payload["toolchain"] = self.toolchain.fingerprint()
         payload["split"] = self.split
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+    def _confinement(self, build_dir: Path) -> "Callable[[list[str]], list[str]] | None":
+        """Compilers read model-written sources: they may write only ``build_dir`` and read the
+        toolchain, torch's headers and the shared precompiled header (``sandbox.compile_policy``)."""
+        if self.sandbox == "off":
+            return None
+        from kevin_agent.evaluate.build.specs import protected_paths
+        from kevin_agent.evaluate.sandbox import compile_policy, launch_command
+
+        policy = compile_policy(build_dir, extra_read=[self.root / "pch"], protect=protected_paths())
+        return lambda argv: launch_command(policy, argv, self.sandbox)
 
     def warm(self) -> None:
         """Build the shared precompiled torch header now (most builds use it), if it is missing."""
@@ -139,7 +152,7 @@ class BuildCache:
             (work / name).write_text(content)
         target = f"{module}.so"
         write_ninja(work, self.toolchain, layout.steps, target, self.toolchain.ldflags(()))
-        ran = run_ninja(work, self.ninja_jobs, self.timeout_s, log_path)
+        ran = run_ninja(work, self.ninja_jobs, self.timeout_s, log_path, self._confinement(directory))
         return BuildResult(
             ok=ran.ok, seconds=0.0, cache_hit=False, log_path=str(log_path),
             errors=None if ran.ok else trim_errors(ran.output), path=layout.path,

@@ -37,7 +37,7 @@ class CompileOutcome:
 def compile_candidate(code: str, cache: "BuildCache") -> CompileOutcome:
     """Build every load_inline call of ``code``; a bad candidate is an outcome, not an exception."""
     try:
-        specs, found_by = extract_specs(code, timeout_s=min(120.0, cache.timeout_s))
+        specs, found_by = extract_specs(code, timeout_s=min(120.0, cache.timeout_s), sandbox=cache.sandbox)
     except SourceExtractionError as exc:
         return CompileOutcome(False, feedback.compile_error(f"could not find what to compile: {exc}"))
     results = []

@@ -15,7 +15,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Optional
 
 from kevin_agent.evaluate.build.flags import Toolchain, ninja_binary
 
@@ -70,11 +70,14 @@ def write_ninja(directory: Path, tc: Toolchain, steps: list[Step], target: str, 
     return path
 
 
-def run_ninja(directory: Path, jobs: int, timeout_s: float, log_path: Path) -> NinjaRun:
-    """Run ninja in ``directory``. A timeout kills the whole process group."""
+def run_ninja(directory: Path, jobs: int, timeout_s: float, log_path: Path,
+              confine: Optional[Callable[[list[str]], list[str]]] = None) -> NinjaRun:
+    """Run ninja in ``directory`` (its command line passed through ``confine``, the sandbox, when
+    given). A timeout kills the whole process group."""
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
+    argv = [ninja_binary(), "-C", str(directory), "-j", str(max(1, jobs))]
     proc = subprocess.Popen(
-        [ninja_binary(), "-C", str(directory), "-j", str(max(1, jobs))],
+        confine(argv) if confine is not None else argv,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=env,
         start_new_session=True,
     )

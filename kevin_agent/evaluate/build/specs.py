@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 from kevin_agent.evaluate.source.calls import ExtensionSpec, extract_static
 from kevin_agent.evaluate.source.consts import NotStatic
@@ -28,14 +29,33 @@ def child_environment() -> dict[str, str]:
     return env
 
 
-def record_in_child(code: str, timeout_s: float = 120.0) -> list[ExtensionSpec]:
-    """Run the candidate's top level in a CPU-only child with load_inline recording its arguments."""
+def record_command(path: str, scratch: str, sandbox: str) -> list[str]:
+    """The recorder's command line, confined to its scratch folder unless ``sandbox`` is "off"."""
+    argv = ["kevin_agent.evaluate.worker.record", path]
+    if sandbox == "off":
+        return [sys.executable, "-m", *argv]
+    from kevin_agent.evaluate.sandbox import launch_command, record_policy
+
+    return launch_command(record_policy(scratch, protect=protected_paths()), argv, sandbox, module=True)
+
+
+def protected_paths() -> list[str]:
+    """What confined children must never see besides the home: the repository we run in."""
+    from kevin_agent.store import find_repo_root
+
+    root = find_repo_root(Path.cwd())
+    return [str(root)] if root is not None else []
+
+
+def record_in_child(code: str, timeout_s: float = 120.0, sandbox: str = "auto") -> list[ExtensionSpec]:
+    """Run the candidate's top level in a CPU-only, confined child with load_inline recording its
+    arguments."""
     with tempfile.TemporaryDirectory(prefix="kevin-record-") as scratch:
         path = os.path.join(scratch, "candidate.py")
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(code)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kevin_agent.evaluate.worker.record", path],
+            record_command(path, scratch, sandbox),
             cwd=scratch, env=child_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
         )
@@ -64,7 +84,7 @@ def record_in_child(code: str, timeout_s: float = 120.0) -> list[ExtensionSpec]:
     raise SourceExtractionError("no load_inline call found (the module must call load_inline when imported)")
 
 
-def extract_specs(code: str, timeout_s: float = 120.0) -> tuple[list[ExtensionSpec], str]:
+def extract_specs(code: str, timeout_s: float = 120.0, sandbox: str = "auto") -> tuple[list[ExtensionSpec], str]:
     """All load_inline specs of a candidate and how they were found ("static" or "child")."""
     if "load_inline" not in code:
         raise SourceExtractionError("no load_inline call found (compile your CUDA code with load_inline)")
@@ -76,4 +96,4 @@ def extract_specs(code: str, timeout_s: float = 120.0) -> tuple[list[ExtensionSp
         raise SourceExtractionError(f"syntax error at line {exc.lineno}: {exc.msg}") from exc
     except NotStatic:
         pass
-    return record_in_child(code, timeout_s), "child"
+    return record_in_child(code, timeout_s, sandbox), "child"
