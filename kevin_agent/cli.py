@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "undo": ("undo_cmd", "revert the latest kevin-agent commit"),
     "lsp": ("lsp_cmd", "run the language server (stdio)"),
     "tui": ("tui_cmd", "open the terminal UI"),
+    "doctor": ("doctor_cmd", "check this machine: torch, nvcc, GPUs, and the sandbox for model code"),
 }
 
 def build_parser() -> argparse.ArgumentParser:
