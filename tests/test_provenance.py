@@ -135,7 +135,8 @@ def test_own_style_names_claim_no_family():
 @pytest.mark.parametrize("name,kind,role", [
     (FILL, "kernel", N.FILL), (ARANGE, "kernel", N.FILL), ("Memset (Device)", "memset", N.FILL),
     (DIRECT_COPY, "kernel", N.COPY), ("Memcpy DtoD (Device -> Device)", "memcpy", N.COPY),
-    ("Memcpy HtoD (Pageable -> Device)", "memcpy", N.COPY),
+    ("Memcpy HtoD (Pageable -> Device)", "memcpy", N.FILL),  # host data cannot depend on the inputs
+    ("Memcpy DtoH (Device -> Pageable)", "memcpy", N.COPY),
     (ADD, "kernel", N.COMPUTE), (CAT, "kernel", N.COMPUTE),
 ])
 def test_roles(name, kind, role):
