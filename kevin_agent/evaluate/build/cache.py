@@ -131,7 +131,7 @@ class BuildCache:
         if self.split:
             try:
                 layout = split_layout(spec, module, tc, pch.header)
-                result = self._run(layout, module, tmp, log_path)
+                result = self._run(layout, module, tmp, log_path, spec.extra_ldflags)
                 result.pch_seconds = pch.seconds
                 if result.ok or errors_only_in(log_path.read_text(errors="replace"), (SOURCE_NAME,)) and _nvcc_only(log_path):
                     return result
@@ -140,17 +140,18 @@ class BuildCache:
                 note = str(exc)
             with open(log_path, "a") as log:
                 log.write(f"\n=== whole path ({note}) ===\n")
-        result = self._run(whole_layout(spec, module, tc, pch.header, note), module, tmp, log_path)
+        result = self._run(whole_layout(spec, module, tc, pch.header, note), module, tmp, log_path, spec.extra_ldflags)
         result.pch_seconds, result.split_note = pch.seconds, note
         return result
 
-    def _run(self, layout: Layout, module: str, directory: Path, log_path: Path) -> BuildResult:
+    def _run(self, layout: Layout, module: str, directory: Path, log_path: Path,
+             extra_ldflags: tuple[str, ...] = ()) -> BuildResult:
         work = directory / layout.path
         work.mkdir(exist_ok=True)
         for name, content in layout.files.items():
             (work / name).write_text(content)
         target = f"{module}.so"
-        write_ninja(work, self.toolchain, layout.steps, target, self.toolchain.ldflags(()))
+        write_ninja(work, self.toolchain, layout.steps, target, self.toolchain.ldflags(tuple(extra_ldflags)))
         ran = run_ninja(work, self.ninja_jobs, self.timeout_s, log_path)
         return BuildResult(
             ok=ran.ok, seconds=0.0, cache_hit=False, log_path=str(log_path),

@@ -41,7 +41,7 @@ STRICT_COPY_SHARE = 0.10  # layout and dtype copies, memcpy
 # launch, so a zeroed output of 128 floats is "half the GPU time" next to a 128-element kernel
 # (KernelBench's own add example). A fill cannot carry the module's work at any size; 10 us of
 # copies moves at most ~16 MB on an H200, too little to hide a real operator behind.
-STRICT_FILL_FLOOR_MS = 0.05
+STRICT_FILL_FLOOR_MS = 0.1
 STRICT_COPY_FLOOR_MS = 0.01
 TABLE_ROWS = 5
 NAMES_IN_MESSAGE = 4

@@ -163,7 +163,7 @@ def check_provenance(ctx: Any, given: ProvenanceInputs) -> Optional[Verdict]:
     if result.ok:
         ctx.provenance = result
         return None
-    return ctx.fail(Stage.PROVENANCE, rejection_feedback(result, given.hints()), result.summary)
+    return ctx.fail(Stage.PROVENANCE, rejection_feedback(result, given.hints()), "; ".join(result.reasons))
 
 
 def _no_listing(extensions: list[ExtensionKernels]) -> str:
