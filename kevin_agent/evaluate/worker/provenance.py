@@ -26,7 +26,7 @@ from kevin_agent import feedback
 from kevin_agent.data import Stage, Verdict
 from kevin_agent.evaluate.provenance.attribution import OwnKernels
 from kevin_agent.evaluate.provenance.policy import DEFAULT_POLICY, POLICIES, ProvenanceResult, judge
-from kevin_agent.evaluate.provenance.profile import ProfilerHandles, profile_forward
+from kevin_agent.evaluate.provenance.profile import HEAD_PADDING, IncompleteProfile, ProfilerHandles, profile_forward
 from kevin_agent.evaluate.provenance.symbols import ExtensionKernels, list_kernels
 from kevin_agent.evaluate.provenance.trace import KernelActivity, launch_count
 from kevin_agent.evaluate.worker.correctness import to_device
@@ -107,7 +107,11 @@ def _profile(fn: Callable[..., Any], inputs: Any, ctx: Any, label: str) -> list[
             raise CandidateRaised(str(exc)) from exc
 
     keep = Path(ctx.candidate_path).parent / f"profile-{label}.json"
-    return profile_forward(guarded, snapshot(inputs), ctx.device, profiler_handles(ctx.captured), keep)
+    try:
+        return profile_forward(guarded, snapshot(inputs), ctx.device, profiler_handles(ctx.captured), keep)
+    except IncompleteProfile:  # the profiler lost a kernel record: once more, in a new session
+        return profile_forward(guarded, snapshot(inputs), ctx.device, profiler_handles(ctx.captured), keep,
+                               padding=4 * HEAD_PADDING)
 
 
 def reference_launches(ctx: Any, reference: Any, inputs: Any) -> Optional[int]:
