@@ -11,7 +11,7 @@ be run in separate commands:
 
     pytest tests/gpu/test_gpu_provenance.py -k "lax"                  # the too-lax families
     pytest tests/gpu/test_gpu_provenance.py -k "style or partial"     # own styles, partial policy
-    pytest tests/gpu/test_gpu_provenance.py -k "kernelbench or fp64 or underflow"
+    pytest tests/gpu/test_gpu_provenance.py -k "kernelbench or fp64 or underflow or profiling"
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def test_style_own_kernels_pass_strict_and_partial_would_accept(worker_pool, pro
     assert "GPU time of one forward call" in verdict.message and "Own kernels:" in verdict.message
 
 
-@pytest.mark.parametrize("name", ["style_two_extensions", "style_float4_constant_positional", "style_half"])
+@pytest.mark.parametrize("name", sorted(STYLES))
 def test_style_own_kernels_pass_partial(worker_pool, prov_cache, name):
     verdict, result = run(worker_pool, prov_cache, prov_task(STYLES[name]), prov_candidate(name),
                           f"style-partial/{name}", policy="partial")
@@ -247,3 +247,25 @@ def test_kernelbench_adversarial_kernels_are_rejected_at_run_time(worker_pool, p
         assert verdict.stage in (Stage.LOAD, Stage.CORRECTNESS, Stage.PROVENANCE), describe(verdict, result)
         if name != "non_default_stream_kernel":
             assert verdict.stage is Stage.CORRECTNESS, describe(verdict, result)
+
+
+# ---------------------------------------------------------------- in this process
+
+
+def test_profiling_patches_nothing_and_records_every_launch():
+    """The worker's warm-up works here, and profiling (many sessions in one process, each padded)
+    leaves every watched function and numerics setting as it was."""
+    import torch
+
+    from kevin_agent.evaluate.provenance.profile import profile_forward
+    from kevin_agent.evaluate.worker import guards
+    from kevin_agent.evaluate.worker.provenance import profiler_handles, warm_profiler
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    captured = guards.capture_references()
+    assert warm_profiler(captured, device) is None
+    x = torch.randn(1024, 1024, device=device)
+    for _ in range(5):
+        acts = profile_forward(lambda t: torch.relu(t @ t) + 1, (x,), device, profiler_handles(captured))
+        assert sum(a.calls for a in acts if a.kind == "kernel") >= 3, acts
+    assert guards.find_patched(captured) == []

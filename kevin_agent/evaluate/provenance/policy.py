@@ -44,6 +44,8 @@ STRICT_COPY_SHARE = 0.10  # layout and dtype copies, memcpy
 STRICT_FILL_FLOOR_MS = 0.1
 STRICT_COPY_FLOOR_MS = 0.01
 TABLE_ROWS = 5
+VERDICT_KERNEL_ROWS = 40  # rows kept in a verdict (largest first; ATen template names run to 1,000+ chars)
+VERDICT_NAME_CHARS = 400
 NAMES_IN_MESSAGE = 4
 
 POLICY_RULES = {
@@ -117,8 +119,9 @@ class ProvenanceResult:
 
     def verdict_fields(self) -> dict[str, Any]:
         """What VerdictDetails carries: ``kernels``, ``own_share`` and the policy's decision."""
-        return {"kernels": [{"name": r.name, "origin": r.origin, "calls": r.calls, "ms": r.ms, "share": r.share,
-                             "role": r.role, "family": r.family} for r in self.kernels],
+        return {"kernels": [{"name": r.name[:VERDICT_NAME_CHARS], "origin": r.origin, "calls": r.calls, "ms": r.ms,
+                             "share": r.share, "role": r.role, "family": r.family}
+                            for r in self.kernels[:VERDICT_KERNEL_ROWS]],
                 "own_share": self.own_share, "provenance_policy": self.policy, "provenance_ok": self.ok,
                 "foreign_share": self.foreign.share, "partial_would_accept": self.partial_would_accept,
                 "provenance_reasons": list(self.reasons), "reference_launches": self.reference_launches}
