@@ -270,7 +270,7 @@ def _f(value: Optional[float], unit: str = "s", digits: int = 2) -> str:
 
 
 def render(result: dict[str, Any]) -> str:
-    k, c, b = result["kevin"], result["compile"], result.get("baseline")
+    k, c, b = result["kevin"], result.get("compile"), result.get("baseline")
     lines = [f"eval bench: {result['n']} candidates on {result['gpu']} (torch {result['torch']}, "
              f"{result['cpus']} CPUs)", ""]
     header = f"{'measure':44} {'kevin-agent':>16} {'stock load_inline':>18}"
@@ -280,11 +280,12 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"{name:44} {ours:>16} {theirs:>18}")
 
     bc = b["compile_s"] if b else {}
-    row("cold compile per candidate, median", _f(c["cold"]["per_candidate_s"]["median"]), _f(bc.get("median")))
-    row("cold compile per candidate, p90", _f(c["cold"]["per_candidate_s"]["p90"]), _f(bc.get("p90")))
-    row("cold compile, whole batch (parallel) wall", _f(c["cold"]["wall_s"]))
-    row("cache hit per candidate, median", _f(c["hit"]["per_candidate_s"]["median"], digits=3))
-    row("cache hits on second batch", f"{sum(c['hit']['cache_hits'])}/{result['n']}")
+    if c is not None:
+        row("cold compile per candidate, median", _f(c["cold"]["per_candidate_s"]["median"]), _f(bc.get("median")))
+        row("cold compile per candidate, p90", _f(c["cold"]["per_candidate_s"]["p90"]), _f(bc.get("p90")))
+        row("cold compile, whole batch (parallel) wall", _f(c["cold"]["wall_s"]))
+        row("cache hit per candidate, median", _f(c["hit"]["per_candidate_s"]["median"], digits=3))
+        row("cache hits on second batch", f"{sum(c['hit']['cache_hits'])}/{result['n']}")
     row("worker start (spawn -> READY, hidden), median", _f(k["worker_start_s"]["median"]))
     row("visible wait for a worker, median", _f(k["visible_wait_s"]["median"], digits=3))
     row("GPU stage per candidate, median", _f(k["gpu_stage_s"]["median"]))
@@ -316,6 +317,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="run the stock baseline on the first N candidates only (0: skip)")
     parser.add_argument("--no-torch-compile", action="store_true", help="do not time torch.compile in kevin's runs")
     parser.add_argument("--work", type=Path, help="scratch directory (default: a fresh temporary one)")
+    parser.add_argument("--evaluation-only", action="store_true",
+                        help="skip phases 1-2 (compile_many cold and cache hit): full evaluation only")
     args = parser.parse_args(argv)
 
     import torch
@@ -339,9 +342,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(result, indent=2, default=str))
 
-    print("bench: 1-2/4 compile_many cold, then cache hit", file=sys.stderr)
-    result["compile"] = bench_compile(candidates, work / "cache-compile", arch)
-    save()
+    if not args.evaluation_only:
+        print("bench: 1-2/4 compile_many cold, then cache hit", file=sys.stderr)
+        result["compile"] = bench_compile(candidates, work / "cache-compile", arch)
+        save()
     print("bench: 3/4 full evaluation (empty candidate cache; torch header built first)", file=sys.stderr)
     result["header_s"] = warm_header(work / "cache-eval", arch)
     result["kevin"] = bench_evaluator(candidates, work / "cache-eval", arch, not args.no_torch_compile)

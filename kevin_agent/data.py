@@ -32,6 +32,7 @@ class Stage(str, enum.Enum):
     COMPILE = "compile"  # nvcc / g++ through torch's build path
     LOAD = "load"  # module import, ModelNew construction, first run
     CORRECTNESS = "correctness"  # matched the reference on fresh inputs
+    PROVENANCE = "provenance"  # the GPU work ran in the candidate's own kernels (policy strict/partial)
     TIMING = "timing"  # timed against eager and torch.compile
 
     @property
@@ -142,6 +143,22 @@ class VerdictDetails:
     max_rel_error: float | None = None
     atol: float | None = None
     rtol: float | None = None
+    # correctness against a float64 run of the reference (max abs errors; None when not computed)
+    error_vs_fp64: float | None = None  # the candidate's
+    reference_error_vs_fp64: float | None = None  # eager's own (the reference in its own precision)
+    rms_error_vs_fp64: float | None = None
+    reference_rms_error_vs_fp64: float | None = None
+    fp64_accepted: bool | None = None  # True: passed only by the float64 rule (outside atol/rtol of eager)
+    # provenance: what ran on the GPU in one profiled forward call (evaluate/provenance)
+    kernels: list[dict[str, Any]] | None = None  # {name, origin, calls, ms, share, role, family}, largest first
+    own_share: float | None = None  # the candidate's own kernels' share of the GPU time
+    foreign_share: float | None = None
+    provenance_policy: str | None = None  # "strict" | "partial"
+    provenance_ok: bool | None = None
+    partial_would_accept: bool | None = None  # strict rejections: whether partial would have accepted
+    provenance_reasons: list[str] = field(default_factory=list)
+    reference_launches: int | None = None  # GPU launches of one reference forward (partial's yardstick)
+    provenance_summary: str | None = None  # one line for the user
     # timing
     eager: TimingStats | None = None
     compiled: TimingStats | None = None  # torch.compile reference
@@ -205,10 +222,13 @@ class Verdict:
 
     @property
     def correct(self) -> bool:
-        """Passed the correctness stage (whether or not it was timed)."""
-        return self.stage.order > Stage.CORRECTNESS.order or (
-            self.stage is Stage.CORRECTNESS and self.ok
-        )
+        """Passed correctness and (when it ran) provenance, whether or not it was timed.
+
+        A candidate that computed the right numbers in foreign kernels (rejected by provenance)
+        is not correct: it must earn no reward (KEVIN.md's score = 0.3 * correct + speedup)."""
+        if self.stage.order > Stage.PROVENANCE.order:
+            return True
+        return self.ok and self.stage in (Stage.CORRECTNESS, Stage.PROVENANCE)
 
     @property
     def speedup(self) -> float:

@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 from kevin_agent.data import Message
 from kevin_agent import feedback
 from kevin_agent.data import Candidate, Task, Verdict
+from kevin_agent.evaluate.provenance.policy import DEFAULT_POLICY, PARTIAL, POLICY_PROMPTS, STRICT
 from kevin_agent.prompt_example import EXAMPLE_MODEL, EXAMPLE_MODEL_NEW
 
 FALLBACK_GPU_NAME = "an NVIDIA GPU"
@@ -22,21 +23,34 @@ RESTART_INSTRUCTION = "Restart your reasoning process and generate new, complete
 ATTEMPT_HEADER = re.compile(r"^### Attempt (\d+)\n\nYour code", re.MULTILINE)
 
 
-def instruction(gpu_name: str) -> str:
-    """What the model must do; the same in every turn."""
+# What each provenance policy lets the answer keep in PyTorch (the choice line and the torch.nn rule).
+_CHOICE = {
+    STRICT: "You may fuse operators and replace the algorithm (e.g. online softmax) when it is faster.",
+    PARTIAL: ("You choose which operators to replace; you may also replace the algorithm (e.g. online "
+              "softmax) when it is faster."),
+}
+_TORCH_NN_RULE = {
+    STRICT: ("- torch.nn is not allowed for the computation; only nn.Parameter, containers (nn.Module, "
+             "nn.ModuleList, ...) and weight initialisation (e.g. nn.init) may be used.\n"),
+    PARTIAL: "",
+}
+
+
+def instruction(gpu_name: str, policy: str = DEFAULT_POLICY) -> str:
+    """What the model must do; the same in every turn. ``policy`` ("strict" or "partial") says
+    what may stay in PyTorch (``evaluate.provenance.POLICY_PROMPTS``)."""
+    policy = policy if policy in POLICY_PROMPTS else DEFAULT_POLICY
     return f"""\
 Replace the PyTorch operators in this architecture with your own raw CUDA kernels so that it runs \
 faster. The target GPU is: {gpu_name}. Optimise for it: use shared memory, kernel fusion (several \
 operators in one kernel), warp-level primitives, vectorised memory access, and any other technique \
-that helps. You choose which operators to replace; you may also replace the algorithm (e.g. online \
-softmax) when it is faster.
+that helps. {_CHOICE[policy]}
 
 Rules:
 - Write the kernels inline in Python and compile them with \
 torch.utils.cpp_extension.load_inline(name=..., cpp_sources=..., cuda_sources=..., functions=[...]).
 - Name the new architecture ModelNew, with the same constructor and forward signature as Model.
-- torch.nn is not allowed for the computation; only nn.Parameter, containers (nn.Module, \
-nn.ModuleList, ...) and weight initialisation (e.g. nn.init) may be used.
+{_TORCH_NN_RULE[policy]}- {POLICY_PROMPTS[policy]}
 - Inputs and outputs live on the CUDA device.
 - Answer with the complete new architecture in one ```python code block: real code that compiles \
 and runs, with no testing code, no example usage and no placeholders.
@@ -56,14 +70,14 @@ def _example_block() -> str:
     )
 
 
-def base_prompt(task: Task, gpu_name: str) -> str:
+def base_prompt(task: Task, gpu_name: str, policy: str = DEFAULT_POLICY) -> str:
     """The task and the instruction, without the example (the start of every refinement turn)."""
-    return f"{ARCHITECTURE_INTRO}\n\n```python\n{_with_newline(task.source)}```\n\n{instruction(gpu_name)}"
+    return f"{ARCHITECTURE_INTRO}\n\n```python\n{_with_newline(task.source)}```\n\n{instruction(gpu_name, policy)}"
 
 
-def turn0_prompt(task: Task, gpu_name: str) -> str:
+def turn0_prompt(task: Task, gpu_name: str, policy: str = DEFAULT_POLICY) -> str:
     """The first turn: task, instruction and the one-shot example."""
-    return f"{base_prompt(task, gpu_name)}\n\n{_example_block()}\n"
+    return f"{base_prompt(task, gpu_name, policy)}\n\n{_example_block()}\n"
 
 
 def format_attempt(number: int, candidate: Candidate, verdict: Verdict) -> str:
@@ -87,9 +101,10 @@ def refinement_prompt(
     history: Sequence[tuple[Candidate, Verdict]],
     gpu_name: str,
     first_attempt: int = 1,
+    policy: str = DEFAULT_POLICY,
 ) -> str:
     """Base prompt + the attempts in ``history`` (numbered from ``first_attempt``) + restart line."""
-    parts = [base_prompt(task, gpu_name), PREVIOUS_ATTEMPTS_INTRO]
+    parts = [base_prompt(task, gpu_name, policy), PREVIOUS_ATTEMPTS_INTRO]
     if first_attempt > 1:
         omitted = first_attempt - 1
         parts.append(f"({omitted} earlier attempt{'s' if omitted > 1 else ''} omitted for length.)")
@@ -106,17 +121,19 @@ def build_messages(
     gpu_name: str,
     budget_tokens: int,
     count_tokens: Callable[[str], int],
+    policy: str = DEFAULT_POLICY,
 ) -> list[Message]:
     """The conversation for the next turn of one trajectory.
 
     ``history`` holds this trajectory's earlier turns in order. ``budget_tokens`` is what the
     prompt may use (context length minus the generation cap). Earliest attempts are dropped first;
-    the latest attempt is always kept, even when it alone exceeds the budget.
+    the latest attempt is always kept, even when it alone exceeds the budget. ``policy`` is the
+    evaluation's provenance policy: the instruction says what it allows.
     """
     if not history:
-        return [Message("user", turn0_prompt(task, gpu_name))]
+        return [Message("user", turn0_prompt(task, gpu_name, policy))]
     for start in range(len(history)):
-        text = refinement_prompt(task, history[start:], gpu_name, first_attempt=start + 1)
+        text = refinement_prompt(task, history[start:], gpu_name, first_attempt=start + 1, policy=policy)
         if count_tokens(text) <= budget_tokens or start == len(history) - 1:
             return [Message("user", text)]
     raise AssertionError("unreachable")

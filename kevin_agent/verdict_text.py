@@ -68,6 +68,9 @@ def render_verdict(verdict: Verdict, with_errors: bool = True) -> str:
     if d.max_abs_error is not None:
         lines.append(f"errors: max abs {d.max_abs_error:.3g}, max rel {(d.max_rel_error or 0):.3g}"
                      + (f" (atol {d.atol:g}, rtol {d.rtol:g})" if d.atol is not None and d.rtol is not None else ""))
+    if d.error_vs_fp64 is not None:
+        lines.append(fp64_line(d))
+    lines += provenance_lines(d)
     for label, stats in (("kernel", d.kernel), ("eager", d.eager), ("torch.compile", d.compiled)):
         if _ms(stats):
             lines.append(f"{label}: {_ms(stats)}")
@@ -93,6 +96,54 @@ def render_verdict(verdict: Verdict, with_errors: bool = True) -> str:
             if text and text.strip() not in verdict.message:
                 lines += ["", f"{title}:", text.rstrip()]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def fp64_line(d: VerdictDetails) -> str:
+    """The candidate's error and eager's own, both against a float64 run of the reference."""
+    own = f" (eager's own {d.reference_error_vs_fp64:.3g})" if d.reference_error_vs_fp64 is not None else ""
+    rms = ""
+    if d.rms_error_vs_fp64 is not None and d.reference_rms_error_vs_fp64 is not None:
+        rms = f", RMS {d.rms_error_vs_fp64:.3g} (eager's own {d.reference_rms_error_vs_fp64:.3g})"
+    rule = "; passed by the float64 rule" if d.fp64_accepted else ""
+    return f"against float64: max abs {d.error_vs_fp64:.3g}{own}{rms}{rule}"
+
+
+def provenance_lines(d: VerdictDetails, limit: int = 5) -> list[str]:
+    """The provenance verdict and the top kernels by GPU time (own vs foreign), for people."""
+    lines = []
+    if d.provenance_summary:
+        lines.append(d.provenance_summary)
+    elif d.own_share is not None:
+        lines.append(f"provenance {d.provenance_policy or ''}: own kernels {d.own_share:.1%}".replace("  ", " "))
+    rows = d.kernels or []
+    if rows:
+        total = sum(float(r.get("ms") or 0.0) for r in rows)
+        head = f"kernels (top {min(limit, len(rows))} of {len(rows)}, {total:.3f} ms of GPU time):"
+        lines.append(head if len(rows) > limit else f"kernels ({total:.3f} ms of GPU time):")
+        for row in rows[:limit]:
+            origin = str(row.get("origin", "?"))
+            role = row.get("role")
+            if origin != "own" and role and role != "compute":
+                origin += f"/{role}"
+            lines.append(f"  {float(row.get('share') or 0.0):6.1%}  {float(row.get('ms') or 0.0):8.3f} ms  "
+                         f"{int(row.get('calls') or 0):>4}x  {origin:<14} {kernel_label(str(row.get('name', '')))}")
+    return lines
+
+
+def kernel_label(name: str, limit: int = 80) -> str:
+    """A profiled kernel name without ``void`` and its parameter list, cut to ``limit``."""
+    text = name.strip()
+    if text.startswith("void "):
+        text = text[5:]
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch == "<"
+        depth -= ch == ">" and depth > 0
+        if ch == "(" and depth == 0 and i > 0 and not text.startswith("(anonymous namespace)", i) \
+                and not text.startswith(("Memcpy", "Memset")):
+            text = text[:i]
+            break
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _gpu_line(verdict: Verdict) -> str:

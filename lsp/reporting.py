@@ -72,6 +72,10 @@ def result_message(state: RunState) -> str:
     elif better != "kernel":  # a kernel is a win only over the faster of the two
         text += (": torch.compile is the better choice for this module" if better == "torch.compile"
                  else ": eager PyTorch is the better choice for this module")
+    if details.own_share is not None:  # what ran on the GPU (provenance), and how close to the hardware
+        text += f"; own kernels {details.own_share:.0%} of the GPU time"
+        if details.sol_fraction is not None:
+            text += f", {details.sol_fraction:.0%} of speed of light"
     if state.status == "cancelled":
         text += " (run cancelled)"
     return text

@@ -200,6 +200,17 @@ REJECTED: list[tuple[str, str, str]] = [
      make(header="from torch.cuda import Stream", init="self.side = Stream()")),
     ("extra-stream: raw handle of a new stream", "extra-stream",
      make(forward="handle = torch.cuda.Stream().cuda_stream\nreturn scale.scale_cuda(x)")),
+    ("extra-stream: variable re-bound from the current stream to a new one", "extra-stream",
+     make(forward="stream = torch.cuda.current_stream()\nif x.numel() > 4:\n    stream = self.side\n"
+                  "return scale.scale_cuda(x, stream.cuda_stream)")),
+    ("introspection: torch.profiler state", "introspection",
+     make(forward="if torch.autograd.profiler._is_profiler_enabled:\n    return scale.scale_cuda(x)\nreturn x")),
+    ("introspection: profiler import", "introspection", make(header="from torch.profiler import profile")),
+    ("introspection: profiler state from C++", "introspection",
+     make(cuda=cuda_with(host="    bool on = torch::autograd::profiler::profilerEnabled();\n    (void)on;"))),
+    ("introspection: cudaProfilerStop", "introspection", make(cuda=cuda_with(host="    cudaProfilerStop();"))),
+    ("empty-forward: no forward, inherits the reference's", "empty-forward", make(bases="Model").replace(
+        "    def forward(self, x):\n        return scale.scale_cuda(x)\n", "    pass\n", 1)),
     ("extra-stream: cudaStreamCreate", "extra-stream",
      make(cuda=cuda_with(host="    cudaStream_t s; cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);"))),
     ("extra-stream: getStreamFromPool", "extra-stream",
@@ -352,5 +363,18 @@ ACCEPTED: list[tuple[str, str]] = [
             import threading
             print(torch.matmul(torch.randn(2, 2), torch.randn(2, 2)))
         """)),
+    ("forward inherited from the candidate's own base class", make(bases="_Base", header="""
+        class _Base(nn.Module):
+            def forward(self, x):
+                return scale.scale_cuda(x)
+        """).replace("        super().__init__()\n        pass\n\n    def forward(self, x):\n"
+                     "        return scale.scale_cuda(x)\n", "        super().__init__()\n", 1)),
+    ("current stream held in a variable, then its handle", make(
+        forward="stream = torch.cuda.current_stream()\nhandle = stream.cuda_stream\nreturn scale.scale_cuda(x)")),
+    ("current stream of a device kept on self", make(
+        init="self.stream = torch.cuda.current_stream(torch.device('cuda'))",
+        forward="return scale.scale_cuda(x, self.stream.cuda_stream)")),
+    ("at::ceil_div in the wrapper", make(cuda=cuda_with(
+        host="    const int blocks = at::ceil_div(n, 256);\n    (void)blocks;"))),
     ("get_inputs in the candidate", make(tail="def get_inputs():\n    return [torch.randn(16).sum(0, keepdim=True) * 2]")),
 ]

@@ -45,10 +45,11 @@ LAYERS: dict[str, int] = {
 # Code that runs in the evaluator's child processes: torch and the standard library only.
 CHILD_SIDE = ("kevin_agent.evaluate.worker", "kevin_agent.evaluate.build", "kevin_agent.evaluate.source",
               "kevin_agent.evaluate.provenance", "kevin_agent.evaluate.sandbox",
+              "kevin_agent.evaluate.static",
               "kevin_agent.evaluate.protocol", "kevin_agent.evaluate.processes", "kevin_agent.evaluate.api")
 CHILD_MAY_IMPORT = ("kevin_agent.evaluate.worker", "kevin_agent.evaluate.build", "kevin_agent.evaluate.source",
                     "kevin_agent.evaluate.provenance", "kevin_agent.evaluate.sandbox",
-                    "kevin_agent.evaluate.protocol", "kevin_agent.evaluate.processes",
+                    "kevin_agent.evaluate.static", "kevin_agent.evaluate.protocol", "kevin_agent.evaluate.processes",
                     "kevin_agent.evaluate.api", "kevin_agent.data", "kevin_agent.feedback",
                     "kevin_agent.errors", "kevin_agent.atomic")
 THIRD_PARTY_ALLOWED = {"torch", "ninja"}

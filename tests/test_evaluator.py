@@ -133,12 +133,19 @@ def test_cancel_kills_the_running_worker(compiled: tuple, shared_build_cache: Pa
 
 
 def test_static_checks_know_the_task_classes() -> None:
-    """Subclassing a helper class of the task is caught: the evaluator passes the task source on."""
+    """The evaluator passes the task source on: a ModelNew that inherits a task class's forward
+    (here a copy of the task's helper class) is rejected, while the same code inheriting a
+    helper of its own is not. Subclassing alone is only a hint (provenance decides)."""
+    from kevin_agent.evaluate.static.checks import hints_for
     from kevin_agent.evaluate.verdicts import static_verdict
 
-    task_source = TASK.source + "\nclass Block(nn.Module):\n    pass\n"
-    code = GOOD.replace("class ModelNew(nn.Module)", "class Block(nn.Module):\n    pass\n\nclass ModelNew(Block)")
-    assert "class ModelNew(Block)" in code
+    helper = "class Block(nn.Module):\n    def forward(self, a, b):\n        return a + b\n"
+    task_source = TASK.source + "\n" + helper
+    code = GOOD.replace("class ModelNew(nn.Module)", helper + "\nclass ModelNew(Block)")
+    code = code[:code.index("class ModelNew(Block)")] + "class ModelNew(Block):\n    pass\n"
     verdict = static_verdict(code, task_source)
-    assert verdict is not None and verdict.details.static_rule == "subclass-reference"
-    assert "line " in verdict.message and "[subclass-reference]" in verdict.message
+    assert verdict is not None and verdict.details.static_rule == "empty-forward"
+    assert "line " in verdict.message and "[empty-forward]" in verdict.message
+    assert static_verdict(code, TASK.source) is None
+    assert any(v.rule == "subclass-reference" and "Block" in v.message for v in hints_for(
+        GOOD.replace("class ModelNew(nn.Module)", helper + "\nclass ModelNew(Block)"), task_source))

@@ -11,6 +11,9 @@ import pytest
 
 from kevin_agent import feedback
 from kevin_agent.data import Candidate, Stage, Task, Verdict, VerdictDetails
+from kevin_agent.evaluate.provenance import (
+    POLICY_PROMPTS, STRICT, KernelActivity, OwnKernels, judge, profile_feedback,
+)
 from kevin_agent.parsing import find_code_blocks
 from kevin_agent.prompt_example import EXAMPLE_MODEL, EXAMPLE_MODEL_NEW
 from kevin_agent.prompts import (
@@ -75,10 +78,20 @@ def history() -> list[tuple[Candidate, Verdict]]:
         (
             Candidate(0, 2, reasoning="SECRET-REASONING-2", code=_code("turn 2"),
                       summary="Fixed the typo; vectorised with float4."),
-            Verdict(Stage.TIMING, True, feedback.correct(0.87),
+            Verdict(Stage.TIMING, True, feedback.correct(0.87) + "\n" + profile_feedback(_profile(), 0.41),
                     VerdictDetails(speedup_vs_eager=0.87)),
         ),
     ]
+
+
+def _profile():
+    """The accepted provenance of attempt 3: its fused kernel and a zeroed output (hand-made)."""
+    own = "void relu_scale_kernel<float>(float const*, float*, float, long)"
+    fill = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+            "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)")
+    trace = [KernelActivity(own, calls=1, ms=0.0312), KernelActivity(fill, calls=1, ms=0.0105,
+                                                                       context=("aten::zeros", "aten::fill_"))]
+    return judge(trace, OwnKernels([own]), 2, STRICT)
 
 
 def _check_golden(name: str, text: str) -> None:
@@ -98,6 +111,20 @@ def test_refinement_golden() -> None:
     messages = build_messages(TASK, history(), "NVIDIA H200", 100_000, estimate_tokens)
     assert len(messages) == 1 and messages[0].role == "user"
     _check_golden("refinement_prompt.txt", messages[0].content)
+
+
+def test_turn0_golden_partial() -> None:
+    _check_golden("turn0_prompt_partial.txt", turn0_prompt(TASK, "NVIDIA H200", "partial"))
+
+
+def test_the_prompt_states_what_the_policy_allows() -> None:
+    strict, partial = (turn0_prompt(TASK, "GPU", p) for p in ("strict", "partial"))
+    assert POLICY_PROMPTS["strict"] in strict and POLICY_PROMPTS["partial"] in partial
+    assert "torch.nn is not allowed" in strict and "torch.nn is not allowed" not in partial
+    assert "You choose which operators to replace" in partial
+    assert turn0_prompt(TASK, "GPU") == strict  # strict is the default
+    refined = build_messages(TASK, history(), "GPU", 100_000, estimate_tokens, policy="partial")[0].content
+    assert POLICY_PROMPTS["partial"] in refined
 
 
 def test_turn0_has_task_instruction_and_example() -> None:

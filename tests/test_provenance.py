@@ -135,7 +135,8 @@ def test_own_style_names_claim_no_family():
 @pytest.mark.parametrize("name,kind,role", [
     (FILL, "kernel", N.FILL), (ARANGE, "kernel", N.FILL), ("Memset (Device)", "memset", N.FILL),
     (DIRECT_COPY, "kernel", N.COPY), ("Memcpy DtoD (Device -> Device)", "memcpy", N.COPY),
-    ("Memcpy HtoD (Pageable -> Device)", "memcpy", N.COPY),
+    ("Memcpy HtoD (Pageable -> Device)", "memcpy", N.FILL),  # host data cannot depend on the inputs
+    ("Memcpy DtoH (Device -> Pageable)", "memcpy", N.COPY),
     (ADD, "kernel", N.COMPUTE), (CAT, "kernel", N.COMPUTE),
 ])
 def test_roles(name, kind, role):
@@ -562,9 +563,47 @@ def test_profile_forward_glue_with_a_fake_profiler(tmp_path):
         CPU, CUDA = "CPU", "CUDA"
 
     handles = ProfilerHandles(FakeProfile, Activity, record_function, lambda device=None: calls.append("sync"), no_grad)
-    acts = profile_forward(lambda x: calls.append(f"forward:{x}"), (7,), None, handles, raw_trace_path=tmp_path / "raw.json")
+    acts = profile_forward(lambda x: calls.append(f"forward:{x}"), (7,), None, handles, raw_trace_path=tmp_path / "raw.json",
+                           padding=0)
     assert calls == ["sync", "profile:CPU,CUDA", f"range:{FORWARD_ANNOTATION}", "forward:7", "sync"]
     assert (tmp_path / "raw.json").is_file() and launch_count(acts) == 6
+    calls.clear()
+    profile_forward(lambda x: None, (7,), None, handles, padding=3)  # throwaway kernels, then a sync, first
+    assert calls == ["sync", "profile:CPU,CUDA", "sync", f"range:{FORWARD_ANNOTATION}", "sync"]
+
+
+def test_a_kernel_launch_without_its_kernel_record_makes_the_profile_incomplete(tmp_path):
+    from kevin_agent.evaluate.provenance.profile import IncompleteProfile, ProfilerHandles, profile_forward
+    from kevin_agent.evaluate.provenance.trace import unrecorded_launches
+
+    raw = json.loads((FIXTURES / "handmade" / "raw_conv_epilogue.chrome.json").read_text())
+    assert unrecorded_launches(raw) == 0
+    lost = {"traceEvents": [e for e in raw["traceEvents"]
+                            if not (e.get("cat") == "kernel" and (e.get("args") or {}).get("correlation") == 11)]}
+    assert unrecorded_launches(lost) == 1  # the cuDNN kernel's record is gone, its launch is not
+    head = {"traceEvents": [e for e in raw["traceEvents"]
+                            if not (e.get("cat") == "kernel" and (e.get("args") or {}).get("correlation") == 1)]}
+    assert unrecorded_launches(head) == 0  # a lost record before the forward range does not matter
+
+    class Lossy:
+        def __init__(self, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def export_chrome_trace(self, path):
+            Path(path).write_text(json.dumps(lost))
+
+    from contextlib import nullcontext
+
+    handles = ProfilerHandles(Lossy, type("A", (), {"CPU": 1, "CUDA": 2}), lambda name: nullcontext(),
+                              lambda device=None: None, nullcontext)
+    with pytest.raises(IncompleteProfile, match="1 kernel launch of the forward call"):
+        profile_forward(lambda: None, (), None, handles, padding=0)
 
 
 def test_profile_forward_with_the_real_profiler_on_cpu(tmp_path):

@@ -1,5 +1,6 @@
-"""Static checks: every rule rejects its hack and accepts a look-alike; the shared fixture kernels
-and realistic variations pass clean."""
+"""Static checks: every rule reports its hack (a rejection for the certain, evaluator-protecting
+rules; a hint, never a rejection, for the compute-spelling rules) and stays silent on a look-alike;
+the shared fixture kernels and realistic variations pass clean."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kevin_agent.evaluate.static.checks import RULES, Violation, check_candidate, format_violations
+from kevin_agent.evaluate.static.checks import (
+    HINT, REJECT, RULES, Violation, check_all, check_candidate, format_violations, hints_for,
+)
 from static_cases import ACCEPTED, REJECTED, TASK, make
 
 KERNELS = Path(__file__).parent / "fixtures" / "kernels"
@@ -19,17 +22,33 @@ def _rules(code: str, task: str | None = TASK) -> set[str]:
     return {v.rule for v in check_candidate(code, task)}
 
 
+KIND = {rule.id: rule.kind for rule in RULES} | {"syntax": REJECT}
+HARD = {"syntax", "no-model-new", "no-load-inline", "no-global-kernel", "no-kernel-launch", "empty-kernel",
+        "empty-forward", "threads-processes", "extra-stream", "patching", "introspection", "hidden-code",
+        "output-cache"}
+
+
+def test_only_certain_and_evaluator_protecting_rules_reject():
+    assert {rule_id for rule_id, kind in KIND.items() if kind == REJECT} == HARD
+    assert {rule_id for rule_id, kind in KIND.items() if kind == HINT} == {
+        "torch-compute", "nn-layer-call", "tensor-compute", "cpp-torch-compute", "library-call", "try-except",
+        "subclass-reference", "reference-use"}
+
+
 @pytest.mark.parametrize("rule, code", [(r, c) for _, r, c in REJECTED], ids=[i for i, _, _ in REJECTED])
-def test_rejected(rule: str, code: str) -> None:
-    violations = check_candidate(code, TASK)
-    assert rule in {v.rule for v in violations}, violations
-    hit = next(v for v in violations if v.rule == rule)
+def test_reported(rule: str, code: str) -> None:
+    rejections, hints = check_all(code, TASK)
+    found = rejections if KIND[rule] == REJECT else hints
+    assert rule in {v.rule for v in found}, (rejections, hints)
+    hit = next(v for v in found if v.rule == rule)
     assert len(hit.message) > 30 and hit.message[0].isupper()
+    if KIND[rule] == HINT:
+        assert rule not in {v.rule for v in rejections}
 
 
 @pytest.mark.parametrize("code", [c for _, c in ACCEPTED], ids=[i for i, _ in ACCEPTED])
 def test_accepted(code: str) -> None:
-    assert check_candidate(code, TASK) == []
+    assert check_all(code, TASK) == ([], [])
 
 
 def test_every_rule_has_a_rejected_and_an_accepted_case() -> None:
@@ -52,7 +71,7 @@ def test_task_renamed_as_candidate_is_rejected(name: str) -> None:
     task = (KERNELS / f"{name}_task.py").read_text().replace("class Model(", "class ModelNew(")
     rules = _rules(task, None)
     assert {"no-load-inline", "no-global-kernel"} <= rules
-    assert rules & {"torch-compute", "tensor-compute"}
+    assert {v.rule for v in hints_for(task)} & {"torch-compute", "tensor-compute"}
 
 
 @pytest.mark.parametrize("path", sorted(STATIC.glob("reject_*.py")), ids=lambda p: p.stem)
@@ -61,9 +80,16 @@ def test_static_fixture_files_rejected(path: Path) -> None:
     assert expected in _rules(path.read_text()), path.name
 
 
+@pytest.mark.parametrize("path", sorted(STATIC.glob("hint_*.py")), ids=lambda p: p.stem)
+def test_static_fixture_files_hinted_not_rejected(path: Path) -> None:
+    expected = path.stem.split("__")[0][len("hint_"):].replace("_", "-")
+    rejections, hints = check_all(path.read_text(), TASK)
+    assert expected in {v.rule for v in hints} and rejections == [], path.name
+
+
 @pytest.mark.parametrize("path", sorted(STATIC.glob("accept_*.py")), ids=lambda p: p.stem)
 def test_static_fixture_files_accepted(path: Path) -> None:
-    assert check_candidate(path.read_text(), TASK) == []
+    assert check_all(path.read_text(), TASK) == ([], [])
 
 
 def test_syntax_error_reports_its_line() -> None:
@@ -78,20 +104,20 @@ def test_syntax_error_reports_its_line() -> None:
 def test_cuda_violation_points_at_its_python_line() -> None:
     code = make(cuda="\n".join(["#include <torch/extension.h>"] + ["// filler"] * 5) + "\n"
                 + "torch::Tensor f(torch::Tensor x) { return torch::matmul(x, x); }\n")
-    hit = next(v for v in check_candidate(code) if v.rule == "cpp-torch-compute")
+    hit = next(v for v in hints_for(code) if v.rule == "cpp-torch-compute")
     assert hit.line is not None
     assert "torch::matmul" in code.splitlines()[hit.line - 1]
 
 
 def test_python_violation_names_the_call_and_the_remedy() -> None:
-    [hit] = [v for v in check_candidate(make(forward="return torch.matmul(x, x)")) if v.rule == "torch-compute"]
+    [hit] = [v for v in hints_for(make(forward="return torch.matmul(x, x)")) if v.rule == "torch-compute"]
     assert "torch.matmul" in hit.message and "own CUDA kernel" in hit.message
     assert "torch.matmul" in make(forward="return torch.matmul(x, x)").splitlines()[hit.line - 1]
 
 
 def test_subclassing_any_task_class_is_reported_with_its_name() -> None:
     task = TASK + "\nclass Block(nn.Module):\n    pass\n"
-    violations = check_candidate(make(bases="Block"), task)
+    violations = hints_for(make(bases="Block"), task)
     assert any(v.rule == "subclass-reference" and "Block" in v.message for v in violations)
 
 

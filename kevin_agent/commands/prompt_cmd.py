@@ -1,4 +1,4 @@
-"""``kevin prompt TASK [--gpu NAME]``: print the turn-0 prompt the model sees for a task."""
+"""``kevin prompt TASK [--gpu NAME] [--policy P]``: print the turn-0 prompt the model sees for a task."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="GPU named in the prompt (default: this machine's GPU, else [tool.kevin] target_gpu)",
     )
     parser.add_argument(
+        "--policy", choices=("strict", "partial"), default=None,
+        help="provenance policy the prompt states (default: KEVIN_POLICY, else [tool.kevin] policy, else strict)",
+    )
+    parser.add_argument(
         "--tokens", action="store_true",
         help="also print the prompt's token count (model tokenizer if cached, else an estimate) to stderr",
     )
@@ -21,14 +25,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import os
 
-    from kevin_agent.config import load_config, resolve_backend_settings
+    from kevin_agent.config import load_config, resolve_backend_settings, resolve_eval_settings
     from kevin_agent.prompts import target_gpu_name, turn0_prompt
     from kevin_agent.task import load_task
 
     task = load_task(args.task)
-    settings = resolve_backend_settings({}, os.environ, load_config(None))
+    config = load_config(None)
+    settings = resolve_backend_settings({}, os.environ, config)
+    policy = resolve_eval_settings({"policy": getattr(args, "policy", None)}, os.environ, config).get("policy", "strict")
     gpu = target_gpu_name(args.gpu, settings.target_gpu)
-    prompt = turn0_prompt(task, gpu)
+    prompt = turn0_prompt(task, gpu, policy)
     sys.stdout.write(prompt)
     if args.tokens:
         from kevin_agent.tokens import counter_kind, make_token_counter

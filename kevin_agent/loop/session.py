@@ -199,7 +199,8 @@ class Session:
         budget = context_budget(self.backend, self.settings)
         count = token_counter(self.backend, self.settings)
         conversations = [
-            build_messages(self.task, lane.history, self._gpu_name, budget, count) for lane in lanes
+            build_messages(self.task, lane.history, self._gpu_name, budget, count, policy=self.settings.eval.policy)
+            for lane in lanes
         ]
         completions = complete_cancellable(
             self.backend, conversations, self._sampling(), self._token_reporter(turn, lanes), cancel

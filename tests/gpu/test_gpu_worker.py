@@ -28,7 +28,10 @@ def test_correct_kernel_passes_with_full_details(worker_pool, gpu_cache_dir, nam
     assert d.compiled is not None and d.torch_compile_seconds > 0, result.stderr_tail
     assert d.speedup_vs_eager == pytest.approx(d.eager.median_ms / d.kernel.median_ms)
     assert d.speedup_vs_compile == pytest.approx(d.compiled.median_ms / d.kernel.median_ms)
-    assert verdict.message == feedback.correct(d.speedup_vs_eager)
+    assert verdict.message.startswith(feedback.correct(d.speedup_vs_eager) + "\nGPU time of one forward call")
+    assert d.provenance_ok and d.provenance_policy == "strict" and d.own_share > 0.5, d.kernels
+    assert d.kernels[0]["origin"] == "own" and d.reference_launches and d.reference_launches >= 1
+    assert d.reference_error_vs_fp64 is not None and d.error_vs_fp64 is not None
     assert 0 < d.sol_fraction <= 1.0 and d.sol_ms == pytest.approx(d.sol_fraction * d.kernel.median_ms)
     assert not d.suspicious, d.suspicious_reasons
     assert verdict.counts_as_best

@@ -17,9 +17,9 @@ import sys
 import tempfile
 import time
 import types
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Optional
 
 from kevin_agent.evaluate.build.flags import Toolchain, toolchain
 from kevin_agent.evaluate.build.layout import Layout, split_layout, whole_layout
@@ -49,6 +49,9 @@ class BuildResult:
     split_note: str = ""  # why the split path was not used, when it was not
     key: str = ""
     timed_out: bool = False  # stopped at the time limit: not a property of the sources, not cached
+    # the kernels built into the .so (provenance.symbols.ExtensionKernels.to_dict()); None in cache
+    # entries written before provenance existed (the worker lists the .so itself then, ~50 ms)
+    kernels: Optional[dict[str, Any]] = None
 
 
 class BuildCache:
@@ -107,6 +110,8 @@ class BuildCache:
                 return hit
             tmp = Path(tempfile.mkdtemp(prefix=f"{key[:16]}-", dir=_mkdir(self.root / "tmp")))
             result = self._build_into(spec, key, tmp)
+            if result.ok and result.module_path:
+                result.kernels = kernel_listing(result.module_path)
             result.seconds = time.monotonic() - start
             final_result = _relocate(result, tmp, final)
             (tmp / "result.json").write_text(json.dumps(asdict(final_result)))
@@ -116,9 +121,15 @@ class BuildCache:
             os.rename(tmp, final)
             return final_result
 
-    def load(self, spec: ExtensionSpec) -> types.ModuleType:
-        """Build if needed and import the extension (RuntimeError with the compiler errors if it fails)."""
+    def load(self, spec: ExtensionSpec, on_result: Optional[Callable[[BuildResult], None]] = None
+             ) -> types.ModuleType:
+        """Build if needed and import the extension (RuntimeError with the compiler errors if it fails).
+
+        ``on_result`` hears the build result first (the worker records which extensions a
+        candidate loaded: their kernels are the candidate's own)."""
         result = self.build(spec)
+        if on_result is not None:
+            on_result(result)
         if not result.ok or not result.module_path:
             raise RuntimeError(f"Error building extension '{spec.name}':\n{result.errors}")
         return import_extension(result.module_path)
@@ -132,7 +143,7 @@ class BuildCache:
         if self.split:
             try:
                 layout = split_layout(spec, module, tc, pch.header)
-                result = self._run(layout, module, tmp, log_path)
+                result = self._run(layout, module, tmp, log_path, spec.extra_ldflags)
                 result.pch_seconds = pch.seconds
                 if result.ok or errors_only_in(log_path.read_text(errors="replace"), (SOURCE_NAME,)) and _nvcc_only(log_path):
                     return result
@@ -141,17 +152,18 @@ class BuildCache:
                 note = str(exc)
             with open(log_path, "a") as log:
                 log.write(f"\n=== whole path ({note}) ===\n")
-        result = self._run(whole_layout(spec, module, tc, pch.header, note), module, tmp, log_path)
+        result = self._run(whole_layout(spec, module, tc, pch.header, note), module, tmp, log_path, spec.extra_ldflags)
         result.pch_seconds, result.split_note = pch.seconds, note
         return result
 
-    def _run(self, layout: Layout, module: str, directory: Path, log_path: Path) -> BuildResult:
+    def _run(self, layout: Layout, module: str, directory: Path, log_path: Path,
+             extra_ldflags: tuple[str, ...] = ()) -> BuildResult:
         work = directory / layout.path
         work.mkdir(exist_ok=True)
         for name, content in layout.files.items():
             (work / name).write_text(content)
         target = f"{module}.so"
-        write_ninja(work, self.toolchain, layout.steps, target, self.toolchain.ldflags(()))
+        write_ninja(work, self.toolchain, layout.steps, target, self.toolchain.ldflags(tuple(extra_ldflags)))
         ran = run_ninja(work, self.ninja_jobs, self.timeout_s, log_path, self._confinement(directory))
         return BuildResult(
             ok=ran.ok, seconds=0.0, cache_hit=False, log_path=str(log_path),
@@ -174,8 +186,17 @@ def _relocate(result: BuildResult, tmp: Path, final: Path) -> BuildResult:
         value = getattr(moved, attr)
         if value and value.startswith(str(tmp)):
             setattr(moved, attr, str(final) + value[len(str(tmp)):])
+    if moved.kernels and str(moved.kernels.get("path", "")).startswith(str(tmp)):
+        moved.kernels = {**moved.kernels, "path": str(final) + moved.kernels["path"][len(str(tmp)):]}
     moved.key = final.name
     return moved
+
+
+def kernel_listing(module_path: str) -> dict[str, Any]:
+    """The kernels built into ``module_path`` (what provenance calls the candidate's own)."""
+    from kevin_agent.evaluate.provenance.symbols import list_kernels
+
+    return list_kernels(module_path).to_dict()
 
 
 def _read_entry(final: Path, start: float) -> BuildResult | None:
@@ -183,7 +204,8 @@ def _read_entry(final: Path, start: float) -> BuildResult | None:
         raw = json.loads((final / "result.json").read_text())
     except (OSError, ValueError):
         return None
-    result = BuildResult(**raw)
+    known = {f.name for f in fields(BuildResult)}
+    result = BuildResult(**{k: v for k, v in raw.items() if k in known})
     result.cache_hit, result.seconds, result.pch_seconds = True, time.monotonic() - start, 0.0
     return result
 

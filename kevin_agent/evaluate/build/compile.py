@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from kevin_agent import feedback
 from kevin_agent.evaluate.build.specs import SourceExtractionError, extract_specs
@@ -65,18 +65,20 @@ def compile_many(codes: Sequence[str], cache: "BuildCache", jobs: int | None = N
         cache.ninja_jobs = saved
 
 
-def install_load_inline_hook(cache: "BuildCache") -> None:
+def install_load_inline_hook(cache: "BuildCache",
+                             on_result: Optional[Callable[["BuildResult"], None]] = None) -> None:
     """Make torch.utils.cpp_extension.load_inline return the cached module (building if missing).
 
     Call before the candidate module executes, so ``from torch.utils.cpp_extension import
-    load_inline`` in the candidate picks up the hook too.
+    load_inline`` in the candidate picks up the hook too. ``on_result`` hears the build result of
+    every extension the candidate loads (provenance: their kernels are the candidate's own).
     """
     from torch.utils import cpp_extension
 
     order = load_inline_parameter_order()  # read torch's signature before it is replaced
 
     def cached_load_inline(*args: Any, **kwargs: Any) -> "types.ModuleType":
-        return cache.load(spec_from_call(args, kwargs, order))
+        return cache.load(spec_from_call(args, kwargs, order), on_result)
 
     cached_load_inline.__kevin_hook__ = True  # type: ignore[attr-defined]
     cpp_extension.load_inline = cached_load_inline  # type: ignore[assignment]

@@ -11,8 +11,8 @@ or, for memory operations, ``Memcpy DtoD (Device -> Device)`` / ``Memset (Device
   cuBLAS). Patterns are anchored at the start of the qualified name: a kernel of the candidate's
   that is merely *called* ``elementwise_kernel`` does not match ``at::native::elementwise_kernel``.
 * ``ROLES`` says which PyTorch kernels are *fills* (write values that do not depend on the
-  inputs: constants, index ranges, random numbers) or *copies* (move or cast data without
-  arithmetic). Every other foreign kernel is *compute*. ``torch.cat`` (``CatArrayBatchedCopy``) is
+  inputs: constants, index ranges, random numbers; also host-to-device uploads, see ``role_of``)
+  or *copies* (move or cast data without arithmetic). Every other foreign kernel is *compute*. ``torch.cat`` (``CatArrayBatchedCopy``) is
   compute: concatenation is an operator of the module, not an allocation or layout fix-up.
 """
 
@@ -195,7 +195,9 @@ def role_of(name: str, kind: str = "kernel") -> str:
     if kind == "memset" or name.startswith(MEMSET_PREFIX):
         return FILL
     if kind == "memcpy" or name.startswith(MEMCPY_PREFIX):
-        return COPY
+        # an upload from the host carries no input-dependent work: the inputs live on the device,
+        # so host data that depends on them needs a device-to-host copy first, which stays a copy
+        return FILL if "HtoD" in name else COPY
     for role, pattern in _ROLES:
         if pattern.search(name):
             return role

@@ -37,7 +37,15 @@ POLICIES = (STRICT, PARTIAL)
 DEFAULT_POLICY = STRICT
 STRICT_FILL_SHARE = 0.50  # fills (constants, ranges, random numbers, memset) of the call's GPU time
 STRICT_COPY_SHARE = 0.10  # layout and dtype copies, memcpy
+# Below these totals the shares are not applied: at a few microseconds every kernel costs about its
+# launch, so a zeroed output of 128 floats is "half the GPU time" next to a 128-element kernel
+# (KernelBench's own add example). A fill cannot carry the module's work at any size; 10 us of
+# copies moves at most ~16 MB on an H200, too little to hide a real operator behind.
+STRICT_FILL_FLOOR_MS = 0.1
+STRICT_COPY_FLOOR_MS = 0.01
 TABLE_ROWS = 5
+VERDICT_KERNEL_ROWS = 40  # rows kept in a verdict (largest first; ATen template names run to 1,000+ chars)
+VERDICT_NAME_CHARS = 400
 NAMES_IN_MESSAGE = 4
 
 POLICY_RULES = {
@@ -111,8 +119,9 @@ class ProvenanceResult:
 
     def verdict_fields(self) -> dict[str, Any]:
         """What VerdictDetails carries: ``kernels``, ``own_share`` and the policy's decision."""
-        return {"kernels": [{"name": r.name, "origin": r.origin, "calls": r.calls, "ms": r.ms, "share": r.share,
-                             "role": r.role, "family": r.family} for r in self.kernels],
+        return {"kernels": [{"name": r.name[:VERDICT_NAME_CHARS], "origin": r.origin, "calls": r.calls, "ms": r.ms,
+                             "share": r.share, "role": r.role, "family": r.family}
+                            for r in self.kernels[:VERDICT_KERNEL_ROWS]],
                 "own_share": self.own_share, "provenance_policy": self.policy, "provenance_ok": self.ok,
                 "foreign_share": self.foreign.share, "partial_would_accept": self.partial_would_accept,
                 "provenance_reasons": list(self.reasons), "reference_launches": self.reference_launches}
@@ -190,11 +199,13 @@ def _strict_reasons(rows: list[KernelRow], foreign: ForeignSummary) -> list[str]
         reasons.append(f"foreign compute kernels ran ({_percent(foreign.compute_share)} of the GPU time): "
                        + "; ".join(describe(r) for r in compute[:NAMES_IN_MESSAGE])
                        + (f"; and {len(compute) - NAMES_IN_MESSAGE} more" if len(compute) > NAMES_IN_MESSAGE else ""))
-    if foreign.copy_share > STRICT_COPY_SHARE:
+    copy_ms = sum(r.ms for r in rows if r.foreign and r.role == N.COPY)
+    fill_ms = sum(r.ms for r in rows if r.foreign and r.role == N.FILL)
+    if foreign.copy_share > STRICT_COPY_SHARE and copy_ms > STRICT_COPY_FLOOR_MS:
         copies = [r for r in rows if r.foreign and r.role == N.COPY]
         reasons.append(f"copies took {_percent(foreign.copy_share)} of the GPU time (at most "
                        f"{STRICT_COPY_SHARE:.0%} allowed): " + "; ".join(describe(r) for r in copies[:NAMES_IN_MESSAGE]))
-    if foreign.fill_share > STRICT_FILL_SHARE:
+    if foreign.fill_share > STRICT_FILL_SHARE and fill_ms > STRICT_FILL_FLOOR_MS:
         fills = [r for r in rows if r.foreign and r.role == N.FILL]
         reasons.append(f"fills took {_percent(foreign.fill_share)} of the GPU time (at most "
                        f"{STRICT_FILL_SHARE:.0%} allowed): " + "; ".join(describe(r) for r in fills[:NAMES_IN_MESSAGE]))

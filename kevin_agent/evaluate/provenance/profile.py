@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from kevin_agent.evaluate.provenance.trace import FORWARD_ANNOTATION, KernelActivity, activities_from_chrome_trace
+from kevin_agent.evaluate.provenance.trace import (
+    FORWARD_ANNOTATION, KernelActivity, activities_from_chrome_trace, unrecorded_launches,
+)
 
 
 @dataclass(frozen=True)
@@ -51,20 +53,49 @@ def warm_up(device: Any = None, handles: ProfilerHandles | None = None) -> None:
     profile_forward(lambda t: t.fill_(1.0), (x,), device, h)
 
 
+HEAD_PADDING = 16  # throwaway kernels before the forward range, in every session
+
+
+class IncompleteProfile(RuntimeError):
+    """The profiler lost kernel records of the forward call: the trace cannot be judged."""
+
+
 def profile_forward(fn: Callable[..., Any], args: Sequence[Any], device: Any = None,
-                    handles: ProfilerHandles | None = None, raw_trace_path: Path | None = None
-                    ) -> list[KernelActivity]:
-    """The GPU work of one ``fn(*args)`` call; ``raw_trace_path`` also keeps Kineto's Chrome trace."""
+                    handles: ProfilerHandles | None = None, raw_trace_path: Path | None = None,
+                    padding: int = HEAD_PADDING) -> list[KernelActivity]:
+    """The GPU work of one ``fn(*args)`` call; ``raw_trace_path`` also keeps Kineto's Chrome trace.
+
+    ``padding`` tiny kernels run first, outside the forward range: CUPTI can corrupt the first
+    kernel records of a session (one more per session in a process, pytorch#192021), and those
+    must be throwaway ones. Raises ``IncompleteProfile`` when a kernel launched inside the forward
+    call still has no record."""
     h = handles or capture_handles()
     h.synchronize(device)
     with h.no_grad():
+        pad = _padding_buffer(device, padding)
         with h.profile(activities=[h.activity.CPU, h.activity.CUDA], record_shapes=False, profile_memory=False,
                        with_stack=False, with_flops=False, with_modules=False) as prof:
+            if pad is not None:
+                for _ in range(padding):
+                    pad.fill_(0.0)
+                h.synchronize(device)
             with h.record_function(FORWARD_ANNOTATION):
                 fn(*args)
             h.synchronize(device)
     raw = _export(prof, raw_trace_path)
+    missing = unrecorded_launches(raw, FORWARD_ANNOTATION)
+    if missing:
+        raise IncompleteProfile(f"{missing} kernel launch{'es' if missing != 1 else ''} of the forward call "
+                                "have no kernel record in the profile")
     return activities_from_chrome_trace(raw, FORWARD_ANNOTATION)
+
+
+def _padding_buffer(device: Any, padding: int) -> Any:
+    if padding <= 0:
+        return None
+    import torch
+
+    return torch.empty(1, device=device)
 
 
 def _export(prof: Any, keep: Path | None) -> dict[str, Any]:

@@ -135,6 +135,31 @@ def activities_from_chrome_trace(raw: dict[str, Any] | list[dict[str, Any]],
             for (name, kind, context, api), (calls, ms) in totals.items()]
 
 
+_KERNEL_LAUNCH_APIS = ("LaunchKernel", "LaunchCooperativeKernel")  # cudaLaunchKernel(ExC), cuLaunchKernel(Ex)...
+
+
+def unrecorded_launches(raw: dict[str, Any] | list[dict[str, Any]], annotation: str | None = FORWARD_ANNOTATION) -> int:
+    """Kernel launches (runtime/driver calls inside ``annotation``) that have no kernel record.
+
+    Every ``cudaLaunchKernel``-like call must show up as a GPU kernel with its correlation id; one
+    that does not means the profiler lost it (CUPTI is known to hand back corrupt records at the
+    head of a session, pytorch#192021), and a trace missing kernels cannot be judged."""
+    events = raw.get("traceEvents", []) if isinstance(raw, dict) else raw
+    gpu, launches, cpu = _split_events(events)
+    contexts = _launch_contexts(launches, cpu)
+    recorded = {_correlation(event) for event, _ in gpu}
+    missing = 0
+    for correlation, launch in launches.items():
+        name = str(launch.get("name", ""))
+        if not any(api in name for api in _KERNEL_LAUNCH_APIS):
+            continue
+        if annotation is not None and annotation not in contexts.get(correlation, ()):
+            continue
+        if correlation not in recorded:
+            missing += 1
+    return missing
+
+
 def _split_events(events: Iterable[dict[str, Any]]):
     gpu: list[tuple[dict[str, Any], str]] = []
     launches: dict[Any, dict[str, Any]] = {}

@@ -1,5 +1,14 @@
-"""Static checks of a candidate before compiling: one table of rules, each rejecting a reward hack
-visible in the source (KEVIN.md) with a message the model can act on. Stdlib only (ast, re)."""
+"""Static checks of a candidate before compiling: one table of rules. Stdlib only (ast, re).
+
+Two kinds (issue 9): ``reject`` rules are certain from the source and cheap (syntax, no ModelNew,
+no load_inline, no ``__global__`` kernel or launch, an empty kernel or forward) or protect the
+evaluator itself (threads and processes, extra streams, patching, introspection, hidden code,
+cached outputs); they fail the candidate before it is compiled. ``hint`` rules spell out where
+PyTorch or a library probably does the module's work (torch calls, layer calls, tensor arithmetic,
+ATen in C++, vendor libraries, try/except fallbacks, the reference class); they never reject:
+the GPU profile decides (``evaluate.provenance``), and the hints go into the feedback of a
+candidate that provenance rejects.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +19,10 @@ from kevin_agent.evaluate.static import rules_compute as compute
 from kevin_agent.evaluate.static import rules_cuda as cuda
 from kevin_agent.evaluate.static import rules_python as python
 from kevin_agent.evaluate.static.context import build_context
-from kevin_agent.evaluate.static.rule import Rule, Violation
+from kevin_agent.evaluate.static.rule import HINT, REJECT, Rule, Violation
 
-__all__ = ["RULES", "Rule", "Violation", "check_candidate", "format_violations"]
+__all__ = ["HINT", "REJECT", "RULES", "Rule", "Violation", "check_all", "check_candidate", "format_violations",
+           "hints_for"]
 
 RULES: tuple[Rule, ...] = (
     Rule("no-model-new", "a class ModelNew is defined", python.check_model_new),
@@ -21,17 +31,17 @@ RULES: tuple[Rule, ...] = (
     Rule("no-kernel-launch", "a kernel is launched (<<<>>> or cudaLaunchKernel)", cuda.check_kernel_launch),
     Rule("empty-kernel", "no __global__ kernel has an empty body", cuda.check_empty_kernel),
     Rule("empty-forward", "ModelNew.forward exists and is not pass / ...", python.check_empty_forward),
-    Rule("torch-compute", "no torch / torch.nn.functional compute calls outside __init__",
-         compute.check_torch_compute),
-    Rule("nn-layer-call", "torch.nn layers may hold weights but are never called", compute.check_layer_calls),
-    Rule("tensor-compute", "no tensor compute methods, @ or tensor arithmetic in forward",
-         compute.check_tensor_compute),
-    Rule("cpp-torch-compute", "no ATen/LibTorch compute in the C++/CUDA sources", cuda.check_cpp_torch_compute),
-    Rule("library-call", "no cuBLAS/cuDNN/cuFFT/... or Thrust/CUB device-wide calls", cuda.check_library_calls),
-    Rule("try-except", "no try/except or contextlib.suppress (fallbacks)", python.check_try_except),
-    Rule("subclass-reference", "ModelNew derives from nn.Module only, never the reference",
-         python.check_subclass_reference),
-    Rule("reference-use", "the reference class is never used", python.check_reference_use),
+    Rule("torch-compute", "torch / torch.nn.functional compute calls outside __init__",
+         compute.check_torch_compute, HINT),
+    Rule("nn-layer-call", "calls of torch.nn layers (holding weights is fine)", compute.check_layer_calls, HINT),
+    Rule("tensor-compute", "tensor compute methods, @ or tensor arithmetic in forward",
+         compute.check_tensor_compute, HINT),
+    Rule("cpp-torch-compute", "ATen/LibTorch compute in the C++/CUDA sources", cuda.check_cpp_torch_compute, HINT),
+    Rule("library-call", "cuBLAS/cuDNN/cuFFT/... or Thrust/CUB device-wide calls", cuda.check_library_calls, HINT),
+    Rule("try-except", "try/except or contextlib.suppress (fallbacks)", python.check_try_except, HINT),
+    Rule("subclass-reference", "ModelNew derives from something other than nn.Module",
+         python.check_subclass_reference, HINT),
+    Rule("reference-use", "the reference class is used", python.check_reference_use, HINT),
     Rule("threads-processes", "no threads, processes, async work or host callbacks",
          python.check_threads_processes),
     Rule("extra-stream", "no streams other than PyTorch's current stream", cuda.check_extra_stream),
@@ -43,8 +53,8 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def check_candidate(code: str, task_source: Optional[str] = None) -> list[Violation]:
-    """All rule violations of a candidate, [] when clean; one ("syntax", line) violation if it does not parse.
+def check_all(code: str, task_source: Optional[str] = None) -> tuple[list[Violation], list[Violation]]:
+    """(rejections, hints) of a candidate; one ("syntax", line) rejection if it does not parse.
 
     ``task_source`` (optional) names the reference's classes so that using any of them is caught."""
     try:
@@ -52,19 +62,29 @@ def check_candidate(code: str, task_source: Optional[str] = None) -> list[Violat
     except SyntaxError as error:
         where = "" if error.lineno else " (line unknown)"  # format_violations prefixes "line N: "
         return [Violation("syntax", error.lineno,
-                          f"Python syntax error{where}: {error.msg}. Answer with a complete, valid Python file.")]
+                          f"Python syntax error{where}: {error.msg}. Answer with a complete, valid Python file.")], []
     except ValueError as error:  # e.g. null bytes in the source
-        return [Violation("syntax", None, f"The answer is not valid Python source: {error}.")]
+        return [Violation("syntax", None, f"The answer is not valid Python source: {error}.")], []
     ctx = build_context(code, tree, task_source)
-    found: list[Violation] = []
+    found: dict[str, list[Violation]] = {REJECT: [], HINT: []}
     seen: set[tuple[str, Optional[int], str]] = set()
     for rule in RULES:
         for violation in rule.check(ctx):
             key = (violation.rule, violation.line, violation.message)
             if key not in seen:
                 seen.add(key)
-                found.append(violation)
-    return found
+                found[rule.kind].append(violation)
+    return found[REJECT], found[HINT]
+
+
+def check_candidate(code: str, task_source: Optional[str] = None) -> list[Violation]:
+    """The violations that reject a candidate ([] when it may be compiled)."""
+    return check_all(code, task_source)[0]
+
+
+def hints_for(code: str, task_source: Optional[str] = None) -> list[Violation]:
+    """Where the source probably leaves the work to PyTorch or a library (never a rejection)."""
+    return check_all(code, task_source)[1]
 
 
 def format_violations(violations: list[Violation], limit: int = 8) -> str:

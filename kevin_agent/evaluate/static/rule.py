@@ -16,8 +16,12 @@ class Violation:
     message: str  # an instruction the model can act on
 
 
+REJECT, HINT = "reject", "hint"
+
+
 @dataclass(frozen=True)
 class Rule:
     id: str
     summary: str  # one line for docs and listings
     check: Callable[["CandidateContext"], Iterable[Violation]]
+    kind: str = REJECT  # "reject": certain from the source, fails the candidate; "hint": feedback only

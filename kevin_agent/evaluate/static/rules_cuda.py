@@ -111,6 +111,7 @@ def check_library_calls(ctx: CandidateContext) -> Iterator[Violation]:
 
 
 def check_extra_stream(ctx: CandidateContext) -> Iterator[Violation]:
+    current = _current_stream_names(ctx)
     for node in ctx.nodes():
         if isinstance(node, (ast.Attribute, ast.Name)) and not _inside_attribute(ctx, node):
             path = ctx.qualname(node) or ""
@@ -122,7 +123,8 @@ def check_extra_stream(ctx: CandidateContext) -> Iterator[Violation]:
                                 f"Do not use {path}: run every kernel on PyTorch's current stream (launch with "
                                 "<<<blocks, threads>>> or pass at::cuda::getCurrentCUDAStream()); work on other "
                                 "streams escapes timing.")
-            elif isinstance(node, ast.Attribute) and node.attr == "cuda_stream" and not _current_stream(ctx, node.value):
+            elif isinstance(node, ast.Attribute) and node.attr == "cuda_stream" and not (
+                    _current_stream(ctx, node.value) or _stream_key(node.value) in current):
                 yield Violation("extra-stream", node.lineno,
                                 "Do not pass raw stream handles (.cuda_stream) to the extension: launch on the "
                                 "current stream.")
@@ -138,6 +140,31 @@ def check_extra_stream(ctx: CandidateContext) -> Iterator[Violation]:
 def _inside_attribute(ctx: CandidateContext, node: ast.AST) -> bool:
     parent = ctx.parent(node)
     return isinstance(parent, ast.Attribute) and parent.value is node
+
+
+def _stream_key(node: ast.AST) -> Optional[str]:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return f"self.{node.attr}"
+    return None
+
+
+def _current_stream_names(ctx: CandidateContext) -> set[str]:
+    """Names (and ``self.x``) only ever bound to ``torch.cuda.current_stream()`` /
+    ``default_stream()``: ``stream = torch.cuda.current_stream(); stream.cuda_stream`` is fine."""
+    current: set[str] = set()
+    other: set[str] = set()
+    for node in ast.walk(ctx.tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            keys = {k for k in map(_stream_key, targets) if k}
+            (current if _current_stream(ctx, node.value) else other).update(keys)
+        elif isinstance(node, (ast.For, ast.With, ast.NamedExpr, ast.AugAssign)):
+            bound = [node.target] if isinstance(node, (ast.For, ast.NamedExpr, ast.AugAssign)) else \
+                [item.optional_vars for item in node.items if item.optional_vars is not None]
+            other.update(k for t in bound for k in map(_stream_key, ast.walk(t)) if k)
+    return current - other
 
 
 def _current_stream(ctx: CandidateContext, node: ast.AST) -> bool:

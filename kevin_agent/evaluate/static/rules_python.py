@@ -54,6 +54,8 @@ def check_empty_forward(ctx: CandidateContext) -> Iterator[Violation]:
         return
     forward = next((n for n in ctx.model_new.body
                     if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "forward"), None)
+    if forward is None and _inherits_own_forward(ctx, ctx.model_new):
+        return
     if forward is None:
         yield Violation("empty-forward", ctx.model_new.lineno,
                         "ModelNew has no forward method: define forward with the same signature as Model.forward "
@@ -65,6 +67,20 @@ def check_empty_forward(ctx: CandidateContext) -> Iterator[Violation]:
         yield Violation("empty-forward", forward.lineno,
                         "ModelNew.forward has an empty body (pass / ... / NotImplementedError): implement it by "
                         "calling your CUDA kernels and returning their output.")
+
+
+def _inherits_own_forward(ctx: CandidateContext, cls: ast.ClassDef, depth: int = 0) -> bool:
+    """A base class of the candidate's own (not a task class) defines forward."""
+    for base in cls.bases:
+        name = base.id if isinstance(base, ast.Name) else None
+        own = ctx.classes.get(name) if name and name not in ctx.task_classes else None
+        if own is None or own is cls or depth > 8:
+            continue
+        if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "forward" for n in own.body):
+            return True
+        if _inherits_own_forward(ctx, own, depth + 1):
+            return True
+    return False
 
 
 def _is_placeholder(statement: ast.stmt) -> bool:
@@ -100,7 +116,8 @@ def check_subclass_reference(ctx: CandidateContext) -> Iterator[Violation]:
                 yield Violation("subclass-reference", cls.lineno,
                                 f"Class {cls.name} inherits from the reference {base_name}: derive ModelNew from "
                                 "nn.Module and reimplement forward with your own CUDA kernels.")
-            elif cls.name == "ModelNew" and ctx.qualname(base) != "torch.nn.Module":
+            elif cls.name == "ModelNew" and ctx.qualname(base) != "torch.nn.Module" and not (
+                    base_name in ctx.classes and base_name not in ctx.task_classes):  # its own helper base
                 shown = ast.unparse(base)
                 yield Violation("subclass-reference", cls.lineno,
                                 f"ModelNew derives from {shown}: its only base must be nn.Module (torch.nn.Module).")
@@ -200,6 +217,7 @@ def check_introspection(ctx: CandidateContext) -> Iterator[Violation]:
             yield Violation("introspection", _line(node),
                             f"Do not import {module}: inspecting the interpreter, the evaluator or the reference "
                             "module is not allowed.")
+    yield from _profiler_use(ctx)
     for node in ctx.nodes():
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
                 and node.func.id in T.INTROSPECTION_BUILTINS and node.func.id not in ctx.aliases:
@@ -211,6 +229,29 @@ def check_introspection(ctx: CandidateContext) -> Iterator[Violation]:
             yield Violation("introspection", node.lineno,
                             f"Do not use .{node.attr}: reaching into frames, globals or other objects is not "
                             "allowed.")
+
+
+def _profiler_use(ctx: CandidateContext) -> Iterator[Violation]:
+    """Reading or steering the profiler (Python or C++): code that knows it is being profiled can
+    behave differently then."""
+    message = ("Do not use {what}: the evaluator profiles your forward call, and code that reads or "
+               "controls the profiler is not allowed.")
+    def profiler(path: str) -> bool:
+        return any(path == m or path.startswith(m + ".") for m in T.PROFILER_MODULES)
+
+    for node, modules in _imports(ctx):
+        hit = next((m for m in modules if profiler(m)), None)
+        if hit:
+            yield Violation("introspection", _line(node), message.format(what=hit))
+    for node in ctx.nodes():
+        if isinstance(node, (ast.Attribute, ast.Name)) and not _inside_attribute(ctx, node):
+            path = ctx.qualname(node) or ""
+            if profiler(path):
+                yield Violation("introspection", node.lineno, message.format(what=path))
+    for source in ctx.cuda_sources:
+        for pattern in T.CPP_PROFILER_PATTERNS:
+            for match in re.finditer(pattern, source.text):
+                yield Violation("introspection", source.line_of(match.start()), message.format(what=match.group(0)))
 
 
 def check_hidden_code(ctx: CandidateContext) -> Iterator[Violation]:

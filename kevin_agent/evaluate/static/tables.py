@@ -107,7 +107,7 @@ ALLOWED_CPP_TORCH_CALLS = frozenset({
     "CUDAStreamGuard", "getCurrentDeviceProperties", "getDeviceProperties", "current_device",
     "device_count", "warp_size", "Slice", "TensorIndex", "PackedTensorAccessor32",
     "PackedTensorAccessor64", "TensorAccessor", "check_size_nonnegative", "nullopt", "optional",
-    "make_optional", "irange",
+    "make_optional", "irange", "ceil_div", "ATenCeilDiv",
 })
 
 # C++ tensor methods that compute (e.g. `a.matmul(b)` inside the host wrapper).
@@ -152,6 +152,23 @@ CPP_CONCURRENCY_PATTERNS = (
     r"\bfork\s*\(",
     r"\bcudaLaunchHostFunc\b",
     r"\bcudaStreamAddCallback\b",
+)
+
+# Python modules that read or control the profiler: a candidate that knows when it is profiled can
+# run its own kernel then and PyTorch otherwise (rule introspection).
+PROFILER_MODULES = ("torch.profiler", "torch.autograd.profiler", "torch.autograd.profiler_util",
+                    "torch.autograd.profiler_legacy", "torch.cuda.profiler", "torch._C._autograd",
+                    "torch._C._profiler")
+
+# The same from C++/CUDA: the profiler's state, its callbacks, CUPTI, profiler start/stop.
+CPP_PROFILER_PATTERNS = (
+    r"\bprofiler\b",
+    r"\bkineto\b",
+    r"\bcupti\w*",
+    r"\bCUpti\w*",
+    r"\bRecordFunction\w*",
+    r"\bisRecordFunctionEnabled\b",
+    r"\bcu(?:da)?Profiler(?:Start|Stop|Initialize)\b",
 )
 
 # C++ ways to patch, time or escape (patching rule).

@@ -1,5 +1,6 @@
 """The baseline job: the reference timed once per task, GPU and settings (eager and torch.compile,
-adaptive trials, L2 flushed), with what the speed of light needs, reused for every candidate."""
+adaptive trials, L2 flushed), with what the speed of light needs and the reference's GPU launch
+count (provenance's partial policy), reused for every candidate."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from kevin_agent.evaluate.protocol import Baseline
 from kevin_agent.evaluate.worker.context import Context, TaskProblem
 from kevin_agent.evaluate.worker.guards import snapshot
 from kevin_agent.evaluate.worker.loader import describe_exception
+from kevin_agent.evaluate.worker.provenance import provenance_inputs, reference_launches
 from kevin_agent.evaluate.worker.speed_of_light import count_flops, dominant_dtype, dtype_name, min_bytes, tensors_in
 from kevin_agent.evaluate.worker.timing import Timer, stats_from_samples
 
@@ -25,12 +27,13 @@ def measure_baseline(ctx: Context, task: Any, reference: Any) -> Baseline:
                                                        s.warmup_trials))
     except Exception as exc:
         raise TaskProblem(describe_exception(exc, None)) from exc
+    launches = reference_launches(ctx, reference, provenance_inputs(ctx, task))  # before torch.compile
     compiled, compile_seconds = _time_compiled(timer, reference, snapshot(inputs), s) \
         if s.with_torch_compile else (None, None)
     baseline = Baseline(eager=eager, compiled=compiled, torch_compile_seconds=compile_seconds,
                         inputs=input_signature(inputs), gpu_name=d.gpu_name or "",
                         gpu_uuid=d.gpu_uuid or "", torch_version=d.torch_version or "",
-                        cuda_version=d.cuda_version or "")
+                        cuda_version=d.cuda_version or "", reference_kernels=launches)
     _add_work(baseline, reference, inputs)
     return baseline
 

@@ -3,7 +3,7 @@ verdict details being filled, and loading the reference task."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,8 @@ class Context:
     details: VerdictDetails
     candidate_path: Path
     flush: Any = None  # zeroes a buffer larger than twice the L2 cache
+    extensions: list[Any] = field(default_factory=list)  # BuildResults of the candidate's load_inline calls
+    provenance: Any = None  # the accepted ProvenanceResult (its kernel table goes into the feedback)
 
     def seed_all(self, seed: int) -> None:
         self.captured.get("torch.manual_seed")(seed)

@@ -1,7 +1,8 @@
 """Defences the GPU worker raises around candidate code (KEVIN.md's reward hacks).
 
-- ``capture_references`` / ``find_patched``: the timing, sync and comparison functions captured at
-  worker start must still be the same objects after the candidate module has run.
+- ``capture_references`` / ``find_patched``: the timing, sync, comparison and profiling functions
+  captured at worker start must still be the same objects after the candidate module has run, and
+  the global numerics settings (TF32, reduced-precision reductions, cuDNN flags) the same values.
 - ``snapshot`` / ``changed_inputs``: the candidate runs on clones checked bit-identical afterwards.
 - ``poison_free_memory``: every free block of torch's caching allocator is filled with 0xFF bytes
   (NaN in every float dtype) so an output the candidate never wrote cannot inherit old results.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import copy
 import sys
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 POISON_BYTE = 0xFF  # all-ones: NaN for fp16/bf16/fp32/fp64, -1 for signed integers
@@ -58,6 +59,11 @@ WATCHED_PATHS: tuple[str, ...] = (
     "torch.nn.Module._call_impl",
     "torch.nn.Module.cuda",
     "torch.nn.Module.to",
+    "torch.profiler.profile",
+    "torch.profiler.record_function",
+    "torch.profiler.ProfilerActivity",
+    "torch.autograd.profiler.profile",
+    "torch.autograd.profiler.record_function",
     "time.perf_counter",
     "time.perf_counter_ns",
     "time.time",
@@ -72,6 +78,23 @@ WATCHED_CLASSES: tuple[str, ...] = (
     "torch.cuda.Event",
     "torch._C._CudaEventBase",
     "torch.cuda.Stream",
+    "torch.profiler.profile",
+    "torch.autograd.profiler.record_function",
+)
+
+# Global numerics and backend settings: a candidate that flips one (TF32 in C++ through
+# at::globalContext(), say) changes how the reference computes too. Values, compared by equality.
+WATCHED_SETTINGS: tuple[str, ...] = (
+    "torch.backends.cuda.matmul.allow_tf32",
+    "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
+    "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction",
+    "torch.backends.cudnn.allow_tf32",
+    "torch.backends.cudnn.enabled",
+    "torch.backends.cudnn.benchmark",
+    "torch.backends.cudnn.deterministic",
+    "torch.get_float32_matmul_precision()",
+    "torch.are_deterministic_algorithms_enabled()",
+    "torch.get_default_dtype()",
 )
 
 # The worker's own modules: a candidate must not swap their functions either.
@@ -85,6 +108,11 @@ OWN_MODULES: tuple[str, ...] = (
     "kevin_agent.evaluate.worker.context",
     "kevin_agent.evaluate.worker.baseline",
     "kevin_agent.evaluate.worker.loader",
+    "kevin_agent.evaluate.worker.provenance",
+    "kevin_agent.evaluate.provenance.policy",
+    "kevin_agent.evaluate.provenance.attribution",
+    "kevin_agent.evaluate.provenance.trace",
+    "kevin_agent.evaluate.provenance.profile",
     "kevin_agent.feedback",
     "kevin_agent.data",
 )
@@ -119,12 +147,32 @@ _MISSING = object()
 
 @dataclass(frozen=True)
 class CapturedReferences:
-    """Objects captured at worker start: ``path -> object``. Timing calls go through these."""
+    """Objects captured at worker start: ``path -> object``. Timing calls go through these.
+    ``settings``: the values of ``WATCHED_SETTINGS`` at that time."""
 
     objects: Mapping[str, Any]
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
     def get(self, path: str) -> Any:
         return self.objects[path]
+
+
+def read_setting(path: str) -> Any:
+    """The current value of one ``WATCHED_SETTINGS`` entry (``_MISSING`` when unreadable)."""
+    import warnings
+
+    call = path.endswith("()")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # some getters are deprecated in newer torch
+            value = resolve(path[:-2] if call else path)
+            return value() if call else value
+    except Exception:
+        return _MISSING
+
+
+def capture_settings(paths: Iterable[str] = WATCHED_SETTINGS) -> dict[str, Any]:
+    return {path: read_setting(path) for path in paths}
 
 
 def capture_references(
@@ -153,7 +201,7 @@ def capture_references(
         for name, value in list(vars(module).items()):
             if callable(value) and not isinstance(value, types.ModuleType) and not name.startswith("__"):
                 objects[f"{module_name}.{name}"] = value
-    return CapturedReferences(objects)
+    return CapturedReferences(objects, capture_settings())
 
 
 def _class_names(klass: type) -> set[str]:
@@ -185,6 +233,10 @@ def find_patched(captured: CapturedReferences) -> list[str]:
             current = _MISSING
         if current is not original:
             patched.append(path)
+    for path, original in captured.settings.items():
+        current = read_setting(path)
+        if current is not original and current != original:
+            patched.append(path)
     return sorted(patched)
 
 
@@ -212,8 +264,9 @@ def patched_message(paths: list[str], limit: int = 8) -> str:
     shown = ", ".join(paths[:limit])
     more = f" and {len(paths) - limit} more" if len(paths) > limit else ""
     return (
-        f"Your code replaced functions the evaluator uses for timing or checking ({shown}{more}). "
-        "Patching torch, timing or evaluator functions is not allowed."
+        f"Your code replaced functions or changed global settings the evaluator uses for timing or "
+        f"checking ({shown}{more}). Patching torch, timing or evaluator functions, or changing torch's "
+        "global numerics settings, is not allowed."
     )
 
 

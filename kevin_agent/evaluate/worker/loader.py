@@ -13,6 +13,7 @@ import sys
 import traceback
 import types
 from pathlib import Path
+from typing import Any
 
 CANDIDATE_DISPLAY_NAME = "candidate.py"
 MAX_ERROR_CHARS = 3000
@@ -80,15 +81,17 @@ def describe_exception(exc: BaseException, candidate_path: Path | str | None) ->
     return "\n".join(lines)
 
 
-def install_build_hook(cache_dir: Path, arch: str | None) -> str | None:
+def install_build_hook(cache_dir: Path, arch: str | None, loaded: list[Any] | None = None) -> str | None:
     """Route the candidate's load_inline to the build cache the parent filled.
 
-    Returns a note when the build module is unavailable (stock load_inline is used then).
+    ``loaded`` receives the ``BuildResult`` of every extension the candidate loads (provenance: the
+    kernels built into them are the candidate's own). Returns a note when the build module is
+    unavailable (stock load_inline is used then, and nothing is recorded).
     """
     try:
         from kevin_agent.evaluate.build.cache import BuildCache
         from kevin_agent.evaluate.build.compile import install_load_inline_hook
     except ImportError as exc:
         return f"build cache unavailable ({exc}); using stock load_inline"
-    install_load_inline_hook(BuildCache(Path(cache_dir), arch=arch))
+    install_load_inline_hook(BuildCache(Path(cache_dir), arch=arch), loaded.append if loaded is not None else None)
     return None

@@ -1,7 +1,7 @@
 """The GPU worker: one isolated child process evaluates one candidate (``evaluate.protocol``).
 
 ``python -m kevin_agent.evaluate.worker``: imports torch, initialises CUDA, prints ``READY``, reads
-one job path from stdin, evaluates (load, correctness, timing, speed of light) and writes a
+one job path from stdin, evaluates (load, correctness, provenance, timing, speed of light) and writes a
 ``WorkerReply`` (the verdict, or why the reference task itself fails) atomically, exit 0.
 Other exits (no reply): ``WorkerExit``. torch and the standard library only.
 """
@@ -19,6 +19,7 @@ import torch
 from kevin_agent.evaluate.protocol import READY_LINE, BadJob, WorkerExit, WorkerJob, WorkerReply
 from kevin_agent.evaluate.worker.stages import TaskProblem, evaluate_job
 from kevin_agent.evaluate.worker.guards import OWN_MODULES, capture_references
+from kevin_agent.evaluate.worker.provenance import warm_profiler
 
 
 def write_reply(path: Path, reply: WorkerReply) -> None:
@@ -60,6 +61,7 @@ def _prepare_caches(cache_dir: Path) -> None:
 def _warm_imports() -> None:
     """Modules the job needs, imported while the worker is still a spare."""
     import torch._dynamo  # noqa: F401  (its import wraps torch.manual_seed: do it before capturing)
+    import torch.profiler  # noqa: F401  (provenance: captured below, warmed up before READY)
     import torch.utils.cpp_extension  # noqa: F401
     import torch.utils.flop_counter  # noqa: F401
 
@@ -75,6 +77,7 @@ def main() -> int:
     stream = torch.cuda.current_stream(device)
     _warm_imports()
     captured = capture_references(own_modules=own)  # before any candidate code runs
+    warm_profiler(captured, device)  # CUPTI's one-time setup off the candidate's clock (provenance)
     print(READY_LINE, flush=True)
     line = sys.stdin.readline().strip()
     try:

@@ -1,5 +1,5 @@
 """The worker's job: a baseline (the reference timed once), or a candidate's stages
-(load, correctness, timing against the baseline, speed of light) -> one ``WorkerReply``.
+(load, correctness, provenance, timing against the baseline, speed of light) -> one ``WorkerReply``.
 
 Runs inside the isolated worker process only (it executes model-written code).
 """
@@ -17,9 +17,11 @@ from kevin_agent.data import Stage, Verdict
 from kevin_agent.evaluate.protocol import Baseline, WorkerJob, WorkerReply
 from kevin_agent.evaluate.worker.baseline import measure_baseline
 from kevin_agent.evaluate.worker.context import Context, TaskProblem, environment_details, load_reference
-from kevin_agent.evaluate.worker.correctness import CorrectnessHarness, run_correctness, to_device
+from kevin_agent.evaluate.provenance.policy import profile_feedback
+from kevin_agent.evaluate.worker.correctness import CorrectnessHarness, Fp64Reference, run_correctness, to_device
 from kevin_agent.evaluate.worker.guards import CapturedReferences, snapshot
 from kevin_agent.evaluate.worker.loader import describe_exception, install_build_hook, load_module_from_file
+from kevin_agent.evaluate.worker.provenance import ProvenanceInputs, check_provenance
 from kevin_agent.evaluate.worker.speed_of_light import PeakRates, load_or_measure_peaks, sol_ms, suspicion_reasons
 from kevin_agent.evaluate.worker.timing import Clock, Timer, escape_reason, escape_trials, make_flush, stats_from_samples
 
@@ -55,9 +57,28 @@ def _evaluate_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, loaded: t
     verdict = _correctness(ctx, task, reference, candidate)
     if verdict is not None:
         return verdict
+    verdict = check_provenance(ctx, ProvenanceInputs(task, reference, candidate, baseline.reference_kernels,
+                                                     ctx.extensions, lambda: _hints(job.candidate_source, job.task_source)))
+    if verdict is not None:
+        return verdict  # rejected by what ran on the GPU: no timing spent
     if ctx.settings.timing_trials <= 0:
-        return Verdict(Stage.CORRECTNESS, True, feedback.correct_untimed(), ctx.details)
+        message = _with_profile(feedback.correct_untimed(), ctx)
+        return Verdict(Stage.PROVENANCE, True, message, ctx.details)
     return _timing(ctx, task, candidate, baseline, peaks)
+
+
+def _hints(source: str, task_source: str) -> list[str]:
+    """The static compute rules' hints for ``source`` ("line N: ... [rule]")."""
+    from kevin_agent.evaluate.static.checks import format_violations, hints_for
+
+    return format_violations(hints_for(source, task_source), limit=1000).splitlines()
+
+
+def _with_profile(message: str, ctx: Context) -> str:
+    """A correct candidate's feedback plus its kernel table and speed-of-light fraction."""
+    if ctx.provenance is None:
+        return message
+    return message + "\n" + profile_feedback(ctx.provenance, ctx.details.sol_fraction)
 
 
 def _peaks(cache_dir: Path, ctx: Context) -> PeakRates | None:
@@ -75,7 +96,7 @@ def _load_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, task: Any, in
     from kevin_agent.evaluate.build.flags import resolve_arch
 
     # the builds' own resolution (argument, TORCH_CUDA_ARCH_LIST, device), so the cache keys match
-    note = install_build_hook(cache_dir, resolve_arch(job.settings.arch))
+    note = install_build_hook(cache_dir, resolve_arch(job.settings.arch), ctx.extensions)
     if note:
         print(f"kevin-worker: {note}", file=sys.stderr)
     try:
@@ -108,7 +129,7 @@ def _correctness(ctx: Context, task: Any, reference: Any, candidate: Any) -> Ver
     harness = CorrectnessHarness(
         reference=reference, candidate=candidate, get_inputs=task.get_inputs, device=ctx.device,
         seed_all=ctx.seed_all, synchronize=ctx.clock.synchronize, poison=ctx.poison,
-        check_patched=ctx.patched,
+        check_patched=ctx.patched, reference64=Fp64Reference(reference),
     )
     trials = max(1, ctx.settings.correctness_trials)
     try:
@@ -121,6 +142,9 @@ def _correctness(ctx: Context, task: Any, reference: Any, candidate: Any) -> Ver
     d.trials_passed, d.trials_total = result.trials_passed, result.trials_total
     d.max_abs_error, d.max_rel_error = result.max_abs_error, result.max_rel_error
     d.atol, d.rtol = result.atol, result.rtol
+    d.error_vs_fp64, d.reference_error_vs_fp64 = result.error_vs_fp64, result.reference_error_vs_fp64
+    d.rms_error_vs_fp64, d.reference_rms_error_vs_fp64 = result.rms_error_vs_fp64, result.reference_rms_error_vs_fp64
+    d.fp64_accepted = result.fp64_accepted if result.error_vs_fp64 is not None else None
     if result.ok:
         return None
     message = result.message if result.patched else feedback.incorrect(result.message)
@@ -150,13 +174,14 @@ def _timing(ctx: Context, task: Any, candidate: Any, baseline: Baseline, peaks: 
         if d.compiled is not None:
             d.speedup_vs_compile = d.compiled.median_ms / d.kernel.median_ms
     _speed_of_light(ctx, baseline, peaks)
-    d.suspicious_reasons = suspicion_reasons(d.sol_fraction, d.speedup_vs_eager, escape, d.kernel.median_ms, d.sol_ms)
+    d.suspicious_reasons = list(d.suspicious_reasons) + suspicion_reasons(  # provenance may have flagged it
+        d.sol_fraction, d.speedup_vs_eager, escape, d.kernel.median_ms, d.sol_ms)
     d.suspicious = bool(d.suspicious_reasons)
     message = feedback.correct(d.speedup_vs_eager or 0.0)
     if d.suspicious:
         message += (" However, the timing is not trusted and this answer does not count: "
                     + "; ".join(d.suspicious_reasons) + ".")
-    return Verdict(Stage.TIMING, True, message, d)
+    return Verdict(Stage.TIMING, True, _with_profile(message, ctx), d)
 
 
 def _speed_of_light(ctx: Context, baseline: Baseline, peaks: PeakRates | None) -> None:

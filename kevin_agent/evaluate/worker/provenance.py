@@ -1,0 +1,202 @@
+"""The provenance stage in the worker (issue 9): after correctness and before timing, profile one
+forward call of the candidate on fresh inputs, attribute every GPU kernel to own / library / torch
+/ generated / other (``evaluate.provenance``), and judge it under the run's policy.
+
+* ``warm_profiler`` runs at worker start, before READY: the first ``torch.profiler`` session of a
+  process initialises CUPTI (about a second), which must not land on a candidate's clock. It also
+  checks that the profiler sees GPU work at all; when it does not, provenance is *unavailable* in
+  this worker and candidates are flagged (not counted as best) instead of judged.
+* ``reference_launches`` counts the reference's GPU launches on the provenance inputs (partial's
+  yardstick); the baseline job stores it in ``Baseline.reference_kernels`` once per task.
+* ``check_provenance`` returns the rejection verdict, or None (accepted, or unavailable: then
+  ``ctx.details`` is flagged suspicious with the reason). A candidate that raises while profiled
+  fails like any run-time error.
+
+Runs inside the isolated worker process only (it executes model-written code).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from kevin_agent import feedback
+from kevin_agent.data import Stage, Verdict
+from kevin_agent.evaluate.provenance.attribution import OwnKernels
+from kevin_agent.evaluate.provenance.policy import DEFAULT_POLICY, POLICIES, ProvenanceResult, judge
+from kevin_agent.evaluate.provenance.profile import HEAD_PADDING, IncompleteProfile, ProfilerHandles, profile_forward
+from kevin_agent.evaluate.provenance.symbols import ExtensionKernels, list_kernels
+from kevin_agent.evaluate.provenance.trace import KernelActivity, launch_count
+from kevin_agent.evaluate.worker.correctness import to_device
+from kevin_agent.evaluate.worker.guards import CapturedReferences, snapshot
+from kevin_agent.evaluate.worker.loader import describe_exception
+
+PROVENANCE_SEED_OFFSET = 20_000  # its own inputs, apart from correctness and timing
+HINTS_IN_MESSAGE = 4
+WARM_UP_PROBE = "kevin_warm_up_probe"
+
+# Set by ``warm_profiler`` at worker start: why provenance cannot run in this worker (None: it can).
+_UNAVAILABLE: dict[str, Optional[str]] = {"reason": "the profiler was not warmed up"}
+
+
+class CandidateRaised(Exception):
+    """The candidate's own forward raised while it was profiled (not a profiler failure)."""
+
+
+def profiler_handles(captured: CapturedReferences) -> ProfilerHandles:
+    """The profiler's entry points as captured at worker start (before any candidate code ran)."""
+    get = captured.objects.get
+    handles = ProfilerHandles(get("torch.profiler.profile"), get("torch.profiler.ProfilerActivity"),
+                              get("torch.profiler.record_function"), get("torch.cuda.synchronize"),
+                              get("torch.no_grad"))
+    if not all(callable(h) for h in (handles.profile, handles.activity, handles.record_function,
+                                     handles.synchronize, handles.no_grad)):
+        raise RuntimeError("torch.profiler was not importable when the worker started")
+    return handles
+
+
+def warm_profiler(captured: CapturedReferences, device: Any) -> Optional[str]:
+    """Profile a tiny fill once (CUPTI's one-time setup) and check that GPU work shows up.
+    Returns why provenance is unavailable in this worker, or None when it works."""
+    import torch
+
+    try:
+        handles = profiler_handles(captured)
+        probe = torch.empty(256, device=device)
+        activities = profile_forward(lambda t: t.fill_(1.0), (probe,), device, handles)
+        reason = None if any(a.kind in ("kernel", "memset") for a in activities) else \
+            "the profiler recorded no GPU work for a test kernel (CUPTI unavailable?)"
+    except Exception as exc:  # no CUPTI, no permission, a torch without Kineto
+        reason = f"the profiler failed: {type(exc).__name__}: {str(exc)[:300]}"
+    _UNAVAILABLE["reason"] = reason
+    if reason:
+        print(f"kevin-worker: provenance unavailable: {reason}", file=sys.stderr, flush=True)
+    return reason
+
+
+def unavailable_reason() -> Optional[str]:
+    return _UNAVAILABLE["reason"]
+
+
+def provenance_inputs(ctx: Any, task: Any) -> Any:
+    ctx.seed_all(ctx.settings.seed + PROVENANCE_SEED_OFFSET)
+    return to_device(task.get_inputs(), ctx.device)
+
+
+def own_kernels(results: Iterable[Any]) -> tuple[OwnKernels, list[ExtensionKernels]]:
+    """The union of the kernels built into every extension the candidate loaded (``BuildResult``s
+    recorded by the load_inline hook; a result without a listing is listed now, ~50 ms)."""
+    listings: dict[str, ExtensionKernels] = {}
+    for result in results:
+        path = getattr(result, "module_path", None)
+        if not path or path in listings:
+            continue
+        raw = getattr(result, "kernels", None)
+        listings[path] = ExtensionKernels.from_dict(raw) if raw else list_kernels(path)
+    extensions = list(listings.values())
+    return OwnKernels.from_extensions(extensions), extensions
+
+
+def _profile(fn: Callable[..., Any], inputs: Any, ctx: Any, label: str) -> list[KernelActivity]:
+    def guarded(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as exc:
+            raise CandidateRaised(str(exc)) from exc
+
+    keep = Path(ctx.candidate_path).parent / f"profile-{label}.json"
+    try:
+        return profile_forward(guarded, snapshot(inputs), ctx.device, profiler_handles(ctx.captured), keep)
+    except IncompleteProfile:  # the profiler lost a kernel record: once more, in a new session
+        return profile_forward(guarded, snapshot(inputs), ctx.device, profiler_handles(ctx.captured), keep,
+                               padding=4 * HEAD_PADDING)
+
+
+def reference_launches(ctx: Any, reference: Any, inputs: Any) -> Optional[int]:
+    """GPU launches (kernels + memcpy/memset) of one reference forward; None when unavailable."""
+    if unavailable_reason():
+        return None
+    try:
+        return launch_count(_profile(reference, inputs, ctx, "reference"))
+    except Exception as exc:  # advisory for the baseline: partial then skips its launch rule
+        print(f"kevin-worker: reference profile failed: {type(exc).__name__}: {exc}"[:1000], file=sys.stderr)
+        return None
+
+
+@dataclass
+class ProvenanceInputs:
+    """What the stage needs besides the context."""
+
+    task: Any
+    reference: Any
+    candidate: Any
+    reference_kernels: Optional[int]  # from the baseline, when it measured them
+    extensions: Sequence[Any]  # BuildResults the load_inline hook recorded
+    hints: Callable[[], list[str]]  # static hints about the source (only computed on rejection)
+
+
+def check_provenance(ctx: Any, given: ProvenanceInputs) -> Optional[Verdict]:
+    """The PROVENANCE rejection, or None (accepted, or unavailable and flagged suspicious).
+    On acceptance ``ctx.provenance`` holds the result for the feedback of the timed verdict."""
+    d = ctx.details
+    policy = ctx.settings.policy if ctx.settings.policy in POLICIES else DEFAULT_POLICY
+    d.provenance_policy = policy
+    own, extensions = own_kernels(given.extensions)
+    reason = unavailable_reason() or (None if own else _no_listing(extensions))
+    if reason:
+        return _unavailable(ctx, reason)
+    inputs = provenance_inputs(ctx, given.task)
+    try:
+        activities = _profile(given.candidate, inputs, ctx, "candidate")
+    except CandidateRaised as exc:
+        text = describe_exception(exc.__cause__ or exc, ctx.candidate_path)
+        return ctx.fail(Stage.PROVENANCE, feedback.runtime_error(text), text)
+    except Exception as exc:
+        return _unavailable(ctx, f"profiling failed: {type(exc).__name__}: {str(exc)[:300]}")
+    patched = ctx.patched()
+    if patched:
+        return ctx.fail(Stage.PROVENANCE, patched)
+    launches = given.reference_kernels
+    result = judge(activities, own, launches, policy)
+    if launches is None and (policy != "strict" or not result.ok):  # partial's rule needs the reference
+        launches = reference_launches(ctx, given.reference, inputs)
+        result = judge(activities, own, launches, policy) if launches is not None else result
+    _record(d, result)
+    if result.ok:
+        ctx.provenance = result
+        return None
+    return ctx.fail(Stage.PROVENANCE, rejection_feedback(result, given.hints()), "; ".join(result.reasons))
+
+
+def _no_listing(extensions: list[ExtensionKernels]) -> str:
+    if not extensions:
+        return "no load_inline extension was recorded for this candidate"
+    notes = "; ".join(n for e in extensions for n in e.notes)
+    return "no kernels could be listed in the candidate's extension" + (f" ({notes})" if notes else "")
+
+
+def _unavailable(ctx: Any, reason: str) -> None:
+    d = ctx.details
+    d.suspicious = True
+    d.suspicious_reasons = list(d.suspicious_reasons) + [f"provenance not checked: {reason}"]
+    d.provenance_summary = f"provenance not checked: {reason}"
+    return None
+
+
+def _record(d: Any, result: ProvenanceResult) -> None:
+    for name, value in result.verdict_fields().items():
+        setattr(d, name, value)
+    d.provenance_summary = result.summary
+
+
+def rejection_feedback(result: ProvenanceResult, hints: list[str]) -> str:
+    """The model's feedback for a rejected candidate: the policy's message, then where in the
+    source the foreign work most likely comes from (the static compute rules, as hints)."""
+    text = result.message
+    if hints:
+        shown = hints[:HINTS_IN_MESSAGE]
+        more = f"\n... and {len(hints) - len(shown)} more." if len(hints) > len(shown) else ""
+        text += "\nWhere your code likely does that work:\n" + "\n".join(shown) + more
+    return text
