@@ -18,6 +18,7 @@ from typing import Any, Iterator, Optional, Sequence
 from kevin_agent.data import Message
 from kevin_agent.data import Candidate, Task, Verdict
 from kevin_agent.errors import EnvironmentProblem, UserInputError
+from kevin_agent.paths import find_repo_root
 from kevin_agent.run_record import RUN_STATUSES, RunRecord, RunSummary
 
 __all__ = ["RunStore", "RunRecord", "RunSummary", "find_repo_root", "now_iso"]
@@ -70,17 +71,6 @@ CREATE TABLE IF NOT EXISTS verdicts (
 
 def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
-
-
-def find_repo_root(start: Path) -> Optional[Path]:
-    """The nearest directory at or above ``start`` holding ``.git`` (a directory or a file)."""
-    current = start.resolve()
-    if current.is_file():
-        current = current.parent
-    for directory in (current, *current.parents):
-        if (directory / ".git").exists():
-            return directory
-    return None
 
 
 class RunStore:

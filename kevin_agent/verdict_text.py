@@ -91,6 +91,8 @@ def render_verdict(verdict: Verdict, with_errors: bool = True) -> str:
         lines.append(f"build log: {d.build_log_path}")
     if d.gpu_name:
         lines.append(_gpu_line(verdict))
+    if d.sandbox:
+        lines.append(f"sandbox: {d.sandbox}")
     if with_errors:
         for title, text in (("compiler errors", d.compiler_errors), ("error", d.error)):
             if text and text.strip() not in verdict.message:

@@ -20,7 +20,7 @@ LAYERS: dict[str, int] = {
     "kevin_agent.errors": 0, "kevin_agent.atomic": 0, "kevin_agent.data": 0, "kevin_agent.events": 0,
     "kevin_agent.feedback": 0, "kevin_agent.prompt_example": 0, "kevin_agent.config": 0,
     "kevin_agent.run_record": 0, "kevin_agent.run_table": 0, "kevin_agent.verdict_text": 0,
-    "kevin_agent.task": 0, "kevin_agent.store": 0,
+    "kevin_agent.task": 0, "kevin_agent.store": 0, "kevin_agent.paths": 0,
     # 1: what crosses process boundaries, and the model of a candidate's source
     "kevin_agent.evaluate.api": 1, "kevin_agent.evaluate.protocol": 1,
     "kevin_agent.evaluate.processes": 1, "kevin_agent.evaluate.source": 1,
@@ -51,7 +51,7 @@ CHILD_MAY_IMPORT = ("kevin_agent.evaluate.worker", "kevin_agent.evaluate.build",
                     "kevin_agent.evaluate.provenance", "kevin_agent.evaluate.sandbox",
                     "kevin_agent.evaluate.static", "kevin_agent.evaluate.protocol", "kevin_agent.evaluate.processes",
                     "kevin_agent.evaluate.api", "kevin_agent.data", "kevin_agent.feedback",
-                    "kevin_agent.errors", "kevin_agent.atomic")
+                    "kevin_agent.errors", "kevin_agent.atomic", "kevin_agent.paths")
 THIRD_PARTY_ALLOWED = {"torch", "ninja"}
 
 
@@ -165,7 +165,8 @@ def test_child_side_code_needs_only_torch_and_the_standard_library():
 @pytest.mark.parametrize("face", ["kevin_agent.lsp", "kevin_agent.tui", "kevin_agent.commands"])
 def test_faces_reach_runs_only_through_the_run_service(face):
     forbidden = ("kevin_agent.loop", "kevin_agent.backends", "kevin_agent.evaluate")
-    allowed = {"kevin_agent.commands.eval_cmd"}  # `kevin eval` judges one candidate, no run
+    # `kevin eval` judges one candidate, `kevin doctor` checks the host: neither plays a run
+    allowed = {"kevin_agent.commands.eval_cmd", "kevin_agent.commands.doctor_cmd"}
     wrong = sorted(f"{a} -> {b}" for a, targets in GRAPH.items() if a.startswith(face) and a not in allowed
                    for b in targets if b.startswith(forbidden))
     assert wrong == []

@@ -55,6 +55,7 @@ class CudaEvaluator(Evaluator):
         self._devices = list(devices) if devices is not None else None
         self._lanes: list[Lane] = list(lanes or [])
         self._compiler = compiler
+        self._protect: tuple[str, ...] = ()
         self._cache: Optional[BuildCache] = None
         self._arch: Optional[str] = None
         self._lock = threading.Lock()
@@ -97,6 +98,9 @@ class CudaEvaluator(Evaluator):
             self._cache = BuildCache(self.cache_dir, arch=self._arch, timeout_s=self.settings.compile_timeout_s,
                                      ninja_jobs=NINJA_JOBS_PER_BUILD)
             self._cache.sandbox = self._sandbox_mode()
+            from kevin_agent.evaluate.build.specs import protected_paths
+
+            self._protect = tuple(protected_paths())
             self._compiles = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="kevin-compile")
             self._compiles.submit(self._cache.warm)  # the shared torch header, while candidates arrive
             self._book = BaselineBook(self.cache_dir / "baselines")
@@ -214,7 +218,8 @@ class CudaEvaluator(Evaluator):
         if baseline is None:
             return  # cancelled while measuring
         job = WorkerJob(batch.task.source, item.code, Path("unset"), self._job_settings(),
-                        cache_dir=self.cache_dir, baseline=baseline)
+                        cache_dir=self.cache_dir, baseline=baseline,
+                        build_entries=tuple(str(e) for e in item.entries), protect=self._protect)
         result = lane.run(job, build_entries=item.entries, cancel=batch.cancel,
                           timeout_s=run_limit(self.settings, baseline), on_wait=batch.on_wait,
                           last=self._queue.empty())

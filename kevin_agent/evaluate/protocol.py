@@ -99,6 +99,8 @@ class WorkerJob:
     scratch_dir: Optional[Path] = None  # the worker's own folder for the candidate's files
     baseline: Optional[Baseline] = None  # candidate jobs: the reference's timings to compare with
     measure_baseline: bool = False  # a baseline job: time the reference only
+    build_entries: tuple[str, ...] = ()  # the cache entries of the candidate's extensions (readable)
+    protect: tuple[str, ...] = ()  # folders confined candidate code must never see (the repository)
 
     def to_json(self) -> str:
         return json.dumps({
@@ -107,7 +109,8 @@ class WorkerJob:
             "cache_dir": str(self.cache_dir) if self.cache_dir else None,
             "scratch_dir": str(self.scratch_dir) if self.scratch_dir else None,
             "baseline": self.baseline.to_dict() if self.baseline else None,
-            "measure_baseline": self.measure_baseline,
+            "measure_baseline": self.measure_baseline, "build_entries": list(self.build_entries),
+            "protect": list(self.protect),
         })
 
     @classmethod
@@ -133,7 +136,8 @@ class WorkerJob:
             raise BadJob(f"job {path} has a bad baseline: {exc}") from exc
         return cls(raw["task_source"], raw["candidate_source"], Path(raw["result_path"]), settings,
                    Path(cache) if cache else None, Path(scratch) if scratch else None, baseline,
-                   bool(raw.get("measure_baseline")))
+                   bool(raw.get("measure_baseline")), tuple(raw.get("build_entries") or ()),
+                   tuple(raw.get("protect") or ()))
 
 
 @dataclass

@@ -41,7 +41,7 @@ def record_command(path: str, scratch: str, sandbox: str) -> list[str]:
 
 def protected_paths() -> list[str]:
     """What confined children must never see besides the home: the repository we run in."""
-    from kevin_agent.store import find_repo_root
+    from kevin_agent.paths import find_repo_root
 
     root = find_repo_root(Path.cwd())
     return [str(root)] if root is not None else []

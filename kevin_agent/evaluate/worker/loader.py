@@ -81,17 +81,23 @@ def describe_exception(exc: BaseException, candidate_path: Path | str | None) ->
     return "\n".join(lines)
 
 
-def install_build_hook(cache_dir: Path, arch: str | None, loaded: list[Any] | None = None) -> str | None:
+def install_build_hook(cache_dir: Path, arch: str | None, loaded: list[Any] | None = None) -> Any:
     """Route the candidate's load_inline to the build cache the parent filled.
 
     ``loaded`` receives the ``BuildResult`` of every extension the candidate loads (provenance: the
-    kernels built into them are the candidate's own). Returns a note when the build module is
-    unavailable (stock load_inline is used then, and nothing is recorded).
+    kernels built into them are the candidate's own). Returns the ``BuildCache`` (its toolchain
+    resolved: that runs nvcc, impossible once the candidate is confined), or a note (str) when the
+    build module is unavailable (stock load_inline is used then, and nothing is recorded).
     """
     try:
         from kevin_agent.evaluate.build.cache import BuildCache
         from kevin_agent.evaluate.build.compile import install_load_inline_hook
     except ImportError as exc:
         return f"build cache unavailable ({exc}); using stock load_inline"
-    install_load_inline_hook(BuildCache(Path(cache_dir), arch=arch), loaded.append if loaded is not None else None)
-    return None
+    cache = BuildCache(Path(cache_dir), arch=arch)
+    try:
+        cache.toolchain  # noqa: B018  (resolved now: `nvcc --version` cannot run once confined)
+    except Exception as exc:  # no nvcc on this host: the candidate's own load_inline decides
+        return f"build cache toolchain unavailable ({exc}); using stock load_inline"
+    install_load_inline_hook(cache, loaded.append if loaded is not None else None)
+    return cache

@@ -89,6 +89,31 @@ def _peaks(cache_dir: Path, ctx: Context) -> PeakRates | None:
         return None
 
 
+def _with_denial(text: str, exc: BaseException) -> str:
+    """The error, and when the sandbox refused it, a line saying so (what the model must not do)."""
+    from kevin_agent.evaluate.sandbox import explain_denial
+
+    note = explain_denial(exc)
+    return f"{text}\n{note}" if note else text
+
+
+def confine_candidate(job: WorkerJob, cache_dir: Path) -> str:
+    """The candidate layer of the sandbox, right before the candidate's first line: read only
+    its own build entries, write only the job folder, no processes, no sockets. How it went."""
+    from kevin_agent.evaluate.sandbox import confine, current_report, worker_policy
+
+    mode = job.settings.sandbox
+    if mode == "off":
+        return "off"
+    start = current_report()
+    entries = list(job.build_entries) or [str(cache_dir / "ext")]
+    report = confine(worker_policy(job.result_path.parent, entries, protect=job.protect), mode)  # type: ignore[arg-type]
+    applied = report.applied
+    if start is not None and start.applied != applied:
+        applied += f" (start-up: {start.applied})"
+    return applied
+
+
 def _load_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, task: Any, init_inputs: Any) -> Any:
     """ModelNew on the device after one forward, or a LOAD verdict."""
     import torch
@@ -97,8 +122,9 @@ def _load_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, task: Any, in
 
     # the builds' own resolution (argument, TORCH_CUDA_ARCH_LIST, device), so the cache keys match
     note = install_build_hook(cache_dir, resolve_arch(job.settings.arch), ctx.extensions)
-    if note:
+    if isinstance(note, str):
         print(f"kevin-worker: {note}", file=sys.stderr)
+    ctx.details.sandbox = confine_candidate(job, cache_dir)
     try:
         module = load_module_from_file(job.candidate_source, ctx.candidate_path, "kevin_candidate")
         if ctx.patched():
@@ -119,7 +145,7 @@ def _load_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, task: Any, in
         if ctx.patched():
             return ctx.fail(Stage.LOAD, ctx.patched() or "")
     except Exception as exc:
-        text = describe_exception(exc, ctx.candidate_path)
+        text = _with_denial(describe_exception(exc, ctx.candidate_path), exc)
         return ctx.fail(Stage.LOAD, feedback.runtime_error(text), text)
     return candidate
 
@@ -135,7 +161,7 @@ def _correctness(ctx: Context, task: Any, reference: Any, candidate: Any) -> Ver
     try:
         result = run_correctness(harness, trials, ctx.settings.seed)
     except Exception as exc:
-        text = describe_exception(exc, ctx.candidate_path)
+        text = _with_denial(describe_exception(exc, ctx.candidate_path), exc)
         ctx.details.trials_total = trials
         return ctx.fail(Stage.CORRECTNESS, feedback.runtime_error(text), text)
     d = ctx.details
@@ -164,7 +190,7 @@ def _timing(ctx: Context, task: Any, candidate: Any, baseline: Baseline, peaks: 
         synced = stats_from_samples(timer.time_synced(candidate, candidate_inputs, escape_trials(s.timing_trials)))
         escape = escape_reason(d.kernel.median_ms, synced.median_ms, timer.sync_overhead_ms())
     except Exception as exc:
-        text = describe_exception(exc, ctx.candidate_path)
+        text = _with_denial(describe_exception(exc, ctx.candidate_path), exc)
         return ctx.fail(Stage.TIMING, feedback.runtime_error(text), text)
     patched = ctx.patched()
     if patched:

@@ -1,0 +1,58 @@
+"""The worker's candidate layer (``stages.confine_candidate``) in a real child process: after it,
+the candidate reads its job folder and build entries only; the home, the repository and the
+network are refused, and the verdict's error names the sandbox."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = """
+import json, os, socket, sys
+from pathlib import Path
+from kevin_agent.evaluate.api import EvalSettings
+from kevin_agent.evaluate.protocol import WorkerJob
+from kevin_agent.evaluate.worker.stages import _with_denial, confine_candidate
+job_dir, entry, repo, home_file = map(Path, sys.argv[1:5])
+job = WorkerJob("task", "code", job_dir / "result.json", EvalSettings(sandbox="required"),
+                build_entries=(str(entry),), protect=(str(repo),))
+applied = confine_candidate(job, job_dir / "cache")
+out = {"applied": applied}
+def attempt(name, fn):
+    try:
+        fn(); out[name] = "allowed"
+    except Exception as exc:
+        out[name] = _with_denial(f"{type(exc).__name__}: {exc}", exc)
+attempt("home", lambda: home_file.read_text())
+attempt("repo", lambda: (repo / "model.py").read_text())
+attempt("entry", lambda: (entry / "kernel.so").read_bytes())
+attempt("write_job", lambda: (job_dir / "result.json").write_text("{}"))
+attempt("socket", lambda: socket.create_connection(("127.0.0.1", 9)))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_the_candidate_layer_confines_to_the_job_and_its_entries(tmp_path):
+    job_dir, entry, repo, home = (tmp_path / n for n in ("job", "entry", "repo", "home"))
+    for folder in (job_dir, entry, repo, home):
+        folder.mkdir()
+    (entry / "kernel.so").write_bytes(b"\x7fELF")
+    (repo / "model.py").write_text("class Model: ...\n")
+    (home / ".netrc").write_text("machine example.com password hunter2\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(home)}
+    done = subprocess.run([sys.executable, "-c", CHILD, str(job_dir), str(entry), str(repo), str(home / ".netrc")],
+                          capture_output=True, text=True, env=env, timeout=100)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["applied"].startswith("landlock abi") and "seccomp" in out["applied"]
+    assert out["entry"] == "allowed" and out["write_job"] == "allowed"
+    for refused in ("home", "repo", "socket"):
+        assert "Blocked by the sandbox" in out[refused], out[refused]
