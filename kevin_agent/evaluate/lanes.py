@@ -78,11 +78,12 @@ class LocalLane(Lane):
 
     def __init__(self, device: DeviceInfo, settings: EvalSettings, *,
                  worker_command: Optional[Sequence[str]] = None, extra_env: Mapping[str, str] = (),
-                 spares: int = 3, lease_folder: Optional[Path] = None) -> None:
+                 spares: int = 3, lease_folder: Optional[Path] = None,
+                 scratch_root: Optional[Path] = None) -> None:
         self.device = device
         env = {**dict(extra_env), "CUDA_VISIBLE_DEVICES": visible_device(device)}
         self.pool = WorkerPool(worker_command, run_timeout_s=settings.run_timeout_s, extra_env=env,
-                               spares=spares)
+                               spares=spares, scratch_root=scratch_root)
         self.lease = GpuLease(device.uuid, device.label, lease_folder)
 
     def run(self, job: WorkerJob, *, build_entries: Sequence[Path] = (),
