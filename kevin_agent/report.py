@@ -36,7 +36,11 @@ class ReportFiles:
 
 
 def report_data(record: RunRecord) -> ReportData:
-    verdicts = {c.id: v for c, v in record.candidates}
+    """Speedups of the run's main GPU model only, when it spans several (a cluster): speedups
+    measured on different models are never compared."""
+    several = len(record.gpu_names()) > 1
+    verdicts = {c.id: v for c, v in record.candidates
+                if v is not None and (not several or v.details.gpu_name in (record.gpu_name, None))}
     played = sorted({c.turn for c, _ in record.candidates})
     turns = list(range(played[-1] + 1)) if played else []
     series: dict[int, list[Optional[float]]] = {}
@@ -137,12 +141,27 @@ td,th{{border:1px solid #ccc;padding:2px 6px;font-size:90%}}</style></head>
 <body><h1>{html.escape(title)}</h1>
 <p>Status: {html.escape(record.status)}. Created {html.escape(record.created)}.</p>
 <p><strong>{html.escape(conclude(record).text)}</strong></p>{_replay_paragraph(record)}
+{_by_gpu_html(record)}
 <img alt="best speedup so far per turn per trajectory" src="data:image/png;base64,{image}">
 <table id="candidates"><thead><tr>{"".join(f"<th>{h}</th>" for h in header)}</tr></thead>
 <tbody>
 {body}
 </tbody></table></body></html>
 """
+
+
+def _by_gpu_html(record: RunRecord) -> str:
+    """For a run spanning several GPU models: the best kernel on each (the plot shows the main one)."""
+    names = record.gpu_names()
+    if len(names) < 2:
+        return ""
+    best = record.best_by_gpu()
+    rows = "".join(
+        f"<tr><td>{html.escape(name)}</td><td>{_cell(best[name][0].id if name in best else None)}</td>"
+        f"<td>{_cell(best[name][1].speedup if name in best else None)}</td></tr>" for name in names)
+    return (f"<p>Measured on {len(names)} GPU models; speedups are compared only within one model, and the "
+            f"plot shows {html.escape(names[0])}.</p>\n<table id=\"by-gpu\"><thead><tr><th>GPU</th>"
+            f"<th>best candidate</th><th>vs eager</th></tr></thead><tbody>{rows}</tbody></table>")
 
 
 def write_report(record: RunRecord, out_dir: Path) -> ReportFiles:

@@ -44,7 +44,10 @@ def run(args: argparse.Namespace) -> int:
               f"{_backend(record.settings)}, status {record.status}, created {record.created}")
         if record.error:
             print(f"error: {record.error}")
-        print_run_result(stdout_console(), record)
+        if len(record.gpu_names()) > 1:
+            print_by_gpu(stdout_console(), record)
+        else:
+            print_run_result(stdout_console(), record)
         return 0
     candidate, verdict = record.candidate(args.candidate)
     print(f"candidate {candidate.id} of run {record.run_id}: trajectory {candidate.trajectory}, "
@@ -62,3 +65,26 @@ def run(args: argparse.Namespace) -> int:
     if args.reasoning:
         print(f"reasoning:\n{candidate.reasoning}\nresponse:\n{candidate.response}")
     return 0
+
+
+def print_by_gpu(console: Any, record: Any) -> None:
+    """A run measured on several GPU models (a cluster): one table and best kernel per model, as
+    speedups are compared only between verdicts of the same model; then the conclusion."""
+    from kevin_agent.progress import candidates_table
+    from kevin_agent.run_table import candidate_row, conclude
+
+    best = record.best_by_gpu()
+    for name in [*record.gpu_names(), None]:
+        pairs = [(c, v) for c, v in record.candidates if (v.details.gpu_name if v else None) == name]
+        if not pairs:
+            continue
+        where = f"on {name}" if name else "not run on a GPU"
+        console.print(candidates_table([candidate_row(c, v) for c, v in pairs],
+                                       f"run {record.run_id} ({record.status}), {where}"))
+        if name in best:
+            candidate, verdict = best[name]
+            console.print(f"Best on {name}: {candidate.id}, {verdict.speedup:.2f}x vs eager.",
+                          highlight=False, markup=False)
+    console.print(conclude(record).text, highlight=False, markup=False)
+    for note in record.notes:
+        console.print(f"Note: {note}.", highlight=False, markup=False)

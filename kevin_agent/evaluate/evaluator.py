@@ -102,7 +102,8 @@ class CudaEvaluator(Evaluator):
 
             self._protect = tuple(protected_paths())
             self._compiles = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="kevin-compile")
-            self._compiles.submit(self._cache.warm)  # the shared torch header, while candidates arrive
+            if self._compiler is None:  # compiles elsewhere need no local header
+                self._compiles.submit(self._cache.warm)  # the shared torch header, while candidates arrive
             self._book = BaselineBook(self.cache_dir / "baselines")
             if not self.settings.compile_only:
                 self._start_lanes()
@@ -294,7 +295,7 @@ def make_evaluator(spec: Optional[str], settings: EvalSettings = EvalSettings())
     if (spec is None or spec == "cuda") and settings.cluster:
         from kevin_agent.evaluate.ray_lanes import ray_evaluator  # Ray is imported only here
 
-        return ray_evaluator(settings)
+        return ray_evaluator(settings, CudaEvaluator)  # handed in: ray_lanes never imports this module
     if spec is None or spec == "cuda":
         return CudaEvaluator(settings)
     if spec.startswith("replay:"):

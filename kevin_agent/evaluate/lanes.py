@@ -79,7 +79,7 @@ class LocalLane(Lane):
     def __init__(self, device: DeviceInfo, settings: EvalSettings, *,
                  worker_command: Optional[Sequence[str]] = None, extra_env: Mapping[str, str] = (),
                  spares: int = 3, lease_folder: Optional[Path] = None,
-                 cache_dir: Optional[Path] = None) -> None:
+                 cache_dir: Optional[Path] = None, scratch_root: Optional[Path] = None) -> None:
         self.device = device
         env = {**dict(extra_env), "CUDA_VISIBLE_DEVICES": visible_device(device)}
         confine = None
@@ -87,7 +87,7 @@ class LocalLane(Lane):
             confine = worker_confinement(settings.sandbox, cache_dir)
             env["CUDA_CACHE_PATH"] = str(cache_dir / "cuda-jit")
         self.pool = WorkerPool(worker_command, run_timeout_s=settings.run_timeout_s, extra_env=env,
-                               spares=spares, confine=confine)
+                               spares=spares, confine=confine, scratch_root=scratch_root)
         self.lease = GpuLease(device.uuid, device.label, lease_folder)
 
     def run(self, job: WorkerJob, *, build_entries: Sequence[Path] = (),
