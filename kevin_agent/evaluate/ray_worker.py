@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from kevin_agent.errors import EnvironmentProblem
-from kevin_agent.evaluate.api import EvalSettings, WaitCallback
+from kevin_agent.evaluate.api import EvalSettings
 from kevin_agent.evaluate.build.cache import BuildCache, default_cache_root
 from kevin_agent.evaluate.build.compile import CompileOutcome, compile_candidate
 from kevin_agent.evaluate.isolation import WorkerResult

@@ -14,7 +14,7 @@ import os
 import shutil
 import site
 import sys
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
