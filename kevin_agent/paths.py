@@ -15,3 +15,9 @@ def find_repo_root(start: Path) -> Optional[Path]:
         if (directory / ".git").exists():
             return directory
     return None
+
+
+def protected_paths() -> list[str]:
+    """What confined children must never see besides the home: the repository we run in."""
+    root = find_repo_root(Path.cwd())
+    return [str(root)] if root is not None else []

@@ -9,6 +9,7 @@ and reused. ``make_evaluator`` picks the real evaluator or the replay double.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -21,7 +22,7 @@ from kevin_agent.data import Stage, Task, Verdict
 from kevin_agent.errors import EnvironmentProblem, UserInputError
 from kevin_agent.evaluate.api import EvalSettings, Evaluator, QueueCallback, VerdictCallback, WaitCallback
 from kevin_agent.evaluate.baselines import BaselineBook, Drift, baseline_key, drift
-from kevin_agent.evaluate.build.cache import BuildCache, default_cache_root
+from kevin_agent.evaluate.build.cache import BuildCache, default_cache_root, entry_dir
 from kevin_agent.evaluate.build.compile import CompileOutcome, compile_candidate
 from kevin_agent.evaluate.isolation import WorkerResult
 from kevin_agent.evaluate.lanes import DeviceInfo, Lane, LocalLane, local_devices, run_limit
@@ -98,7 +99,7 @@ class CudaEvaluator(Evaluator):
             self._cache = BuildCache(self.cache_dir, arch=self._arch, timeout_s=self.settings.compile_timeout_s,
                                      ninja_jobs=NINJA_JOBS_PER_BUILD)
             self._cache.sandbox = self._sandbox_mode()
-            from kevin_agent.evaluate.build.specs import protected_paths
+            from kevin_agent.paths import protected_paths
 
             self._protect = tuple(protected_paths())
             self._compiles = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="kevin-compile")
@@ -173,9 +174,7 @@ class CudaEvaluator(Evaluator):
 
     def _submit_compile(self, code: str) -> "Future[CompileOutcome]":
         assert self._compiles is not None and self._cache is not None
-        if self._compiler is not None:
-            return self._compiles.submit(self._compiler, code, self._cache)
-        return self._compiles.submit(compile_candidate, code, self._cache)
+        return self._compiles.submit(self._compiler or compile_candidate, code, self._cache)
 
     def _compiled(self, batch: Batch, index: int, done: "Future[CompileOutcome]") -> None:
         """A compile finished: settle a failure (or a compile-only result), else queue for a lane."""
@@ -192,7 +191,7 @@ class CudaEvaluator(Evaluator):
             return
         batch.reached[index] = Stage.COMPILE
         assert self._cache is not None
-        entries = [self._cache.root / "ext" / r.key for r in outcome.results if r.key]
+        entries = [entry_dir(self._cache.root, r.key) for r in outcome.results if r.key]
         batch.count(compiling=-1, on_gpu=1)
         self._queue.put(GpuItem(batch, index, batch.codes[index], details, entries))
 
@@ -233,8 +232,6 @@ class CudaEvaluator(Evaluator):
 
     def _job_settings(self) -> EvalSettings:
         # the worker keys its build cache exactly as the parent did: same arch, same root
-        import dataclasses
-
         return dataclasses.replace(self.settings, arch=self._arch, cache_dir=self.cache_dir)
 
     def _baseline(self, lane: Lane, batch: Batch) -> Optional[Baseline]:

@@ -110,7 +110,7 @@ def worker_confinement(mode: str, cache_dir: Path) -> Confine:
     """Start each GPU worker confined from its first instruction (``sandbox.startup_policy``):
     reads the system and the build cache, writes its job folder and the compile caches; the
     worker adds the candidate layer itself before any candidate code runs."""
-    from kevin_agent.evaluate.build.specs import protected_paths
+    from kevin_agent.paths import protected_paths
     from kevin_agent.evaluate.sandbox import launch_command, startup_policy
 
     caches = [cache_dir / name for name in ("inductor", "triton", "speed-of-light", "cuda-jit")]

@@ -34,7 +34,15 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 from kevin_agent.errors import EnvironmentProblem
 from kevin_agent.evaluate.api import EvalSettings
-from kevin_agent.evaluate.build.cache import BuildCache, default_cache_root
+from kevin_agent.evaluate.build.cache import (
+    ENTRY_FOLDER,
+    BuildCache,
+    BuildResult,
+    default_cache_root,
+    entry_dir,
+    read_result,
+    rehome,
+)
 from kevin_agent.evaluate.build.compile import CompileOutcome, compile_candidate
 from kevin_agent.evaluate.isolation import WorkerResult
 from kevin_agent.evaluate.lanes import DeviceInfo, LocalLane
@@ -69,7 +77,7 @@ def unpack_entries(blob: bytes, cache_root: Path) -> list[Path]:
     there is kept); ``result.json`` paths are rewritten to where the entry now lives."""
     if not blob:
         return []
-    ext = Path(cache_root) / "ext"
+    ext = entry_dir(cache_root, "")
     ext.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix="unpack-", dir=_mkdir(Path(cache_root) / "tmp")))
     placed = []
@@ -99,33 +107,33 @@ def _extract(tar: tarfile.TarFile, into: Path) -> None:
         tar.extract(member, into)
 
 
+def _rehomed(result: BuildResult, cache_root: Path) -> BuildResult:
+    """``result`` as it reads from ``cache_root``'s entry of its key (built in another cache)."""
+    marker = f"{os.sep}{ENTRY_FOLDER}{os.sep}{result.key}"
+    for value in (result.log_path, result.module_path):
+        if result.key and value and marker in value:
+            return rehome(result, value.split(marker, 1)[0] + marker, entry_dir(cache_root, result.key))
+    return result
+
+
 def _relocate_result(path: Path, final: Path) -> None:
     """Rewrite the absolute paths in an entry's result.json from its old root to ``final``."""
-    raw = json.loads(path.read_text())
-    marker = f"{os.sep}ext{os.sep}{final.name}"
-    for attr in ("log_path", "module_path"):
-        value = raw.get(attr)
-        if isinstance(value, str) and marker in value:
-            raw[attr] = str(final) + value.split(marker, 1)[1]
-    path.write_text(json.dumps(raw))
+    stored = read_result(path.parent)
+    if stored is not None:
+        stored.key = stored.key or final.name  # entries from before results recorded their key
+        moved = _rehomed(stored, final.parent.parent)
+        path.write_text(json.dumps(dataclasses.asdict(moved)))
 
 
 def relocate_outcome(outcome: CompileOutcome, cache_root: Path) -> CompileOutcome:
     """The outcome as it reads from ``cache_root`` (its entries were unpacked there)."""
-    for result in outcome.results:
-        if not result.key:
-            continue
-        final, marker = Path(cache_root) / "ext" / result.key, f"{os.sep}ext{os.sep}{result.key}"
-        for attr in ("log_path", "module_path"):
-            value = getattr(result, attr)
-            if value and marker in value:
-                setattr(result, attr, str(final) + value.split(marker, 1)[1])
+    outcome.results = [_rehomed(result, cache_root) for result in outcome.results]
     return outcome
 
 
 def entry_dirs(outcome: CompileOutcome, cache_root: Path) -> list[Path]:
-    return [Path(cache_root) / "ext" / r.key for r in outcome.results
-            if r.key and (Path(cache_root) / "ext" / r.key / "result.json").is_file()]
+    return [entry_dir(cache_root, r.key) for r in outcome.results
+            if r.key and (entry_dir(cache_root, r.key) / "result.json").is_file()]
 
 
 # -- the compile task ---------------------------------------------------------------------------
@@ -211,7 +219,7 @@ def _stop_build(done: threading.Event, box: dict[str, Any], root: Path) -> None:
         if not result.ok and result.key:  # failed because it was killed: not the candidate's doing
             while True:
                 try:
-                    shutil.rmtree(root / "ext" / result.key, ignore_errors=True)
+                    shutil.rmtree(entry_dir(root, result.key), ignore_errors=True)
                     break
                 except KeyboardInterrupt:
                     continue

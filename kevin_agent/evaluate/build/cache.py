@@ -32,6 +32,27 @@ from kevin_agent.evaluate.source.calls import ExtensionSpec
 __all__ = ["ExtensionSpec", "BuildResult", "BuildCache", "default_cache_root", "import_extension"]
 
 
+ENTRY_FOLDER = "ext"  # <cache root>/ext/<key>: one built extension (its files and result.json)
+
+
+def entry_dir(root: Path, key: str) -> Path:
+    """Where the entry of ``key`` lives under the cache ``root``."""
+    return Path(root) / ENTRY_FOLDER / key
+
+
+def rehome(result: BuildResult, old_root: str, new_root: Path) -> BuildResult:
+    """A copy of ``result`` whose paths under ``old_root`` now point under ``new_root`` (an entry
+    renamed into place, or unpacked on another machine)."""
+    def moved(value: str | None) -> str | None:
+        return str(new_root) + value[len(old_root):] if value and value.startswith(old_root) else value
+
+    copy = BuildResult(**asdict(result))
+    copy.log_path, copy.module_path = moved(copy.log_path), moved(copy.module_path)
+    if copy.kernels and copy.kernels.get("path"):
+        copy.kernels = {**copy.kernels, "path": moved(str(copy.kernels["path"]))}
+    return copy
+
+
 def default_cache_root() -> Path:
     return Path(os.environ.get("KEVIN_BUILD_CACHE") or Path.home() / ".cache" / "kevin-agent" / "build")
 
@@ -85,7 +106,7 @@ class BuildCache:
         toolchain, torch's headers and the shared precompiled header (``sandbox.compile_policy``)."""
         if self.sandbox == "off":
             return None
-        from kevin_agent.evaluate.build.specs import protected_paths
+        from kevin_agent.paths import protected_paths
         from kevin_agent.evaluate.sandbox import compile_policy, launch_command
 
         policy = compile_policy(build_dir, extra_read=[self.root / "pch"], protect=protected_paths())
@@ -100,7 +121,7 @@ class BuildCache:
         """Build (or find) the extension; failures are results, never exceptions."""
         start = time.monotonic()
         key = self.key(spec)
-        final = self.root / "ext" / key
+        final = entry_dir(self.root, key)
         hit = _read_entry(final, start)
         if hit is not None:
             return hit
@@ -113,7 +134,8 @@ class BuildCache:
             if result.ok and result.module_path:
                 result.kernels = kernel_listing(result.module_path)
             result.seconds = time.monotonic() - start
-            final_result = _relocate(result, tmp, final)
+            final_result = rehome(result, str(tmp), final)
+            final_result.key = key
             (tmp / "result.json").write_text(json.dumps(asdict(final_result)))
             if result.timed_out:
                 return result  # a timeout is not a property of the sources: do not cache it
@@ -179,19 +201,6 @@ def _nvcc_only(log_path: Path) -> bool:
     return bool(failed) and all(l.strip().endswith("kernels.o") for l in failed)
 
 
-def _relocate(result: BuildResult, tmp: Path, final: Path) -> BuildResult:
-    """The result as it reads once ``tmp`` is renamed to ``final``."""
-    moved = BuildResult(**asdict(result))
-    for attr in ("log_path", "module_path"):
-        value = getattr(moved, attr)
-        if value and value.startswith(str(tmp)):
-            setattr(moved, attr, str(final) + value[len(str(tmp)):])
-    if moved.kernels and str(moved.kernels.get("path", "")).startswith(str(tmp)):
-        moved.kernels = {**moved.kernels, "path": str(final) + moved.kernels["path"][len(str(tmp)):]}
-    moved.key = final.name
-    return moved
-
-
 def kernel_listing(module_path: str) -> dict[str, Any]:
     """The kernels built into ``module_path`` (what provenance calls the candidate's own)."""
     from kevin_agent.evaluate.provenance.symbols import list_kernels
@@ -199,14 +208,20 @@ def kernel_listing(module_path: str) -> dict[str, Any]:
     return list_kernels(module_path).to_dict()
 
 
-def _read_entry(final: Path, start: float) -> BuildResult | None:
+def read_result(final: Path) -> BuildResult | None:
+    """The stored result of the entry at ``final`` (older entries' missing fields defaulted)."""
     try:
         raw = json.loads((final / "result.json").read_text())
     except (OSError, ValueError):
         return None
     known = {f.name for f in fields(BuildResult)}
-    result = BuildResult(**{k: v for k, v in raw.items() if k in known})
-    result.cache_hit, result.seconds, result.pch_seconds = True, time.monotonic() - start, 0.0
+    return BuildResult(**{k: v for k, v in raw.items() if k in known})
+
+
+def _read_entry(final: Path, start: float) -> BuildResult | None:
+    result = read_result(final)
+    if result is not None:
+        result.cache_hit, result.seconds, result.pch_seconds = True, time.monotonic() - start, 0.0
     return result
 
 

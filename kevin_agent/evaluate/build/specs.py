@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 from kevin_agent.evaluate.source.calls import ExtensionSpec, extract_static
 from kevin_agent.evaluate.source.consts import NotStatic
@@ -35,16 +34,9 @@ def record_command(path: str, scratch: str, sandbox: str) -> list[str]:
     if sandbox == "off":
         return [sys.executable, "-m", *argv]
     from kevin_agent.evaluate.sandbox import launch_command, record_policy
+    from kevin_agent.paths import protected_paths
 
     return launch_command(record_policy(scratch, protect=protected_paths()), argv, sandbox, module=True)
-
-
-def protected_paths() -> list[str]:
-    """What confined children must never see besides the home: the repository we run in."""
-    from kevin_agent.paths import find_repo_root
-
-    root = find_repo_root(Path.cwd())
-    return [str(root)] if root is not None else []
 
 
 def record_in_child(code: str, timeout_s: float = 120.0, sandbox: str = "auto") -> list[ExtensionSpec]:

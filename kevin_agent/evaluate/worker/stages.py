@@ -100,13 +100,14 @@ def _with_denial(text: str, exc: BaseException) -> str:
 def confine_candidate(job: WorkerJob, cache_dir: Path) -> str:
     """The candidate layer of the sandbox, right before the candidate's first line: read only
     its own build entries, write only the job folder, no processes, no sockets. How it went."""
+    from kevin_agent.evaluate.build.cache import entry_dir
     from kevin_agent.evaluate.sandbox import confine, current_report, worker_policy
 
     mode = job.settings.sandbox
     if mode == "off":
         return "off"
     start = current_report()
-    entries = list(job.build_entries) or [str(cache_dir / "ext")]
+    entries = list(job.build_entries) or [str(entry_dir(cache_dir, ""))]  # no list: every entry
     report = confine(worker_policy(job.result_path.parent, entries, protect=job.protect), mode)  # type: ignore[arg-type]
     applied = report.applied
     if start is not None and start.applied != applied:
