@@ -1,5 +1,6 @@
-"""A lease per physical GPU across processes: one candidate (or baseline) on a GPU at a time,
-whichever kevin process (language server, `kevin optimize`, the TUI) asks.
+"""Leases across processes. A lease per physical GPU: one candidate (or baseline) on a GPU at a
+time, whichever kevin process (language server, `kevin optimize`, the TUI) asks; the run lock
+(``runs.locks``) is one too.
 
 An ``flock`` on ``<lease dir>/<GPU uuid>.lock``, which the kernel releases when the holder dies,
 so a killed process never leaves its GPU locked. The holder writes who it is into the file, so a
@@ -43,13 +44,17 @@ def this_process() -> str:
     return argv[0]
 
 
-class GpuLease:
-    """``with lease.hold(cancel, on_wait) as held:`` — held is False only when cancelled first."""
+class Lease:
+    """An ``flock`` on ``path`` shared by processes; the holder writes who it is into the file.
 
-    def __init__(self, key: str, label: str, folder: Optional[Path] = None) -> None:
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
-        self.path = (folder or lease_dir()) / f"{safe}.lock"
+    ``with lease.hold(cancel, on_wait) as held:`` waits for it (held is False only when cancelled
+    first); ``try_acquire`` / ``release`` take it without waiting, for as long as the caller likes.
+    """
+
+    def __init__(self, path: Path, label: str) -> None:
+        self.path = path
         self.label = label
+        self._fd: Optional[int] = None
 
     def holder(self) -> Optional[str]:
         """Who holds the lease now, in words (None when free or unknown)."""
@@ -61,23 +66,43 @@ class GpuLease:
             return None
         return f"{raw.get('command', 'a process')} pid {raw['pid']}"
 
+    def try_acquire(self) -> bool:
+        """Take the lease if it is free now (OSError when its file cannot be opened)."""
+        fd = self._open()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._fd = fd
+        self._write_holder(fd)
+        return True
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
     @contextlib.contextmanager
     def hold(self, cancel: Optional[threading.Event] = None,
              on_wait: Optional[Callable[[str], None]] = None) -> Iterator[bool]:
-        fd = self._open()
-        try:
-            if not self._acquire(fd, cancel, on_wait):
+        told: Optional[str] = None
+        while not self.try_acquire():
+            if cancel is not None and cancel.is_set():
                 yield False
                 return
-            self._write_holder(fd)
-            try:
-                yield True
-            finally:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, 0)
-                fcntl.flock(fd, fcntl.LOCK_UN)
+            message = f"waiting for {self.label}, in use by {self.holder() or 'another process'}"
+            if on_wait is not None and message != told:
+                on_wait(message)
+                told = message
+            time.sleep(POLL_S)
+        try:
+            yield True
         finally:
-            os.close(fd)
+            self.release()
 
     def _open(self) -> int:
         try:
@@ -85,26 +110,17 @@ class GpuLease:
         except PermissionError:  # another user's lease file: locking needs no write access
             return os.open(self.path, os.O_RDONLY)
 
-    def _acquire(self, fd: int, cancel: Optional[threading.Event],
-                 on_wait: Optional[Callable[[str], None]]) -> bool:
-        told: Optional[str] = None
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True
-            except BlockingIOError:
-                pass
-            if cancel is not None and cancel.is_set():
-                return False
-            message = f"waiting for {self.label}, in use by {self.holder() or 'another process'}"
-            if on_wait is not None and message != told:
-                on_wait(message)
-                told = message
-            time.sleep(POLL_S)
-
     @staticmethod
     def _write_holder(fd: int) -> None:
         record = json.dumps({"pid": os.getpid(), "command": this_process(), "since": time.time()})
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
             os.pwrite(fd, record.encode(), 0)
+
+
+class GpuLease(Lease):
+    """The lease of one physical GPU, keyed by its UUID, in the shared lease folder."""
+
+    def __init__(self, key: str, label: str, folder: Optional[Path] = None) -> None:
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
+        super().__init__((folder or lease_dir()) / f"{safe}.lock", label)
