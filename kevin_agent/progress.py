@@ -19,12 +19,9 @@ from kevin_agent.events import (
 )
 from kevin_agent.run_record import RunRecord
 from kevin_agent.run_table import CandidateRow, candidate_rows, conclude, plural, turn_label
+from kevin_agent.run_table import speedup_text as _speedup
 from kevin_agent.runs.state import RunView
 from kevin_agent.verdict_text import is_replayed, replay_note
-
-
-def _speedup(value: Optional[float]) -> str:
-    return "-" if value is None else f"{value:.2f}x"
 
 
 def verdict_line(event: VerdictReady) -> str:

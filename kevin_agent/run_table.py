@@ -123,8 +123,13 @@ def tie_with(details: VerdictDetails) -> str:
     return "eager PyTorch"
 
 
+def speedup_text(value: Optional[float], missing: str = "-") -> str:
+    """``1.84x``, or ``missing`` when there is no number (every face writes speedups so)."""
+    return missing if value is None else f"{value:.2f}x"
+
+
 def _fmt(speedup: Optional[float]) -> str:
-    return "n/a" if speedup is None else f"{speedup:.2f}x"
+    return speedup_text(speedup, "n/a")
 
 
 def conclude(record: RunRecord) -> Conclusion:

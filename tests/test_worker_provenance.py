@@ -15,7 +15,7 @@ import torch
 
 from kevin_agent.data import Stage, Verdict, VerdictDetails
 from kevin_agent.evaluate.api import EvalSettings
-from kevin_agent.evaluate.build.cache import BuildResult, _read_entry, _relocate
+from kevin_agent.evaluate.build.cache import BuildResult, _read_entry, rehome
 from kevin_agent.evaluate.provenance.trace import KernelActivity, ProfileTrace
 from kevin_agent.evaluate.worker import guards
 from kevin_agent.evaluate.worker import provenance as W
@@ -248,7 +248,7 @@ def test_build_entries_without_kernels_still_load(tmp_path):
 def test_relocated_build_result_moves_the_listing_path(tmp_path):
     tmp, final = tmp_path / "tmp", tmp_path / "final"
     result = build_result(["_Z1kPf"], str(tmp / "split" / "m.so"))
-    moved = _relocate(result, tmp, final)
+    moved = rehome(result, str(tmp), final)
     assert moved.module_path == str(final / "split" / "m.so") and moved.kernels["path"] == moved.module_path
 
 

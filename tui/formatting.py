@@ -71,6 +71,3 @@ def cuda_sources(code: Optional[str]) -> str:
                 parts.append(source.strip("\n"))
     return "\n\n".join(parts) + ("\n" if parts else "")
 
-
-def speedup_text(value: Optional[float]) -> str:
-    return "-" if value is None else f"{value:.2f}x"

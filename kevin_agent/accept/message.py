@@ -6,7 +6,7 @@ import textwrap
 from typing import Any, Optional
 
 from kevin_agent.data import REPLAY_GPU_NAME, Candidate, TimingStats, Verdict, VerdictDetails
-from kevin_agent.run_table import better_choice, plural, tie_with
+from kevin_agent.run_table import better_choice, plural, speedup_text, tie_with
 from kevin_agent.verdict_text import gpu_short, is_replayed, measured_label
 
 RUN_TRAILER = "Kevin-Run"
@@ -15,7 +15,7 @@ REVERT_TRAILER = "Kevin-Revert"
 
 
 def _x(value: Optional[float]) -> str:
-    return "n/a" if value is None else f"{value:.2f}x"
+    return speedup_text(value, "n/a")
 
 
 def subject(class_name: str, verdict: Verdict) -> str:

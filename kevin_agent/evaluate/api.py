@@ -45,6 +45,7 @@ class Evaluator(ABC):
     """
 
     gpu_name: Optional[str] = None
+    replayed: bool = False  # its verdicts were recorded elsewhere, not measured on this machine
 
     @abstractmethod
     def evaluate(

@@ -83,5 +83,5 @@ def target_gpu_name(evaluator: Evaluator, settings: RunSettings) -> str:
     else the backend's ``target_gpu`` setting, else a generic name."""
     from kevin_agent.prompts import target_gpu_name as prompt_gpu_name
 
-    device = None if getattr(evaluator, "replayed", False) else evaluator.gpu_name
+    device = None if evaluator.replayed else evaluator.gpu_name
     return prompt_gpu_name(settings.gpu_name or device, settings.backend.target_gpu)

@@ -24,12 +24,9 @@ from kevin_agent.events import (
     VerdictReady,
 )
 from kevin_agent.run_record import RunRecord
+from kevin_agent.run_table import speedup_text
 
 ACTIVE_STATUSES = ("starting", "running")
-
-
-def speedup_text(value: Optional[float]) -> str:
-    return "-" if not value else f"{value:.2f}x"
 
 
 def verdict_state(verdict: Verdict) -> str:

@@ -11,7 +11,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from kevin_agent.tui.discovery import ModuleEntry
-from kevin_agent.tui.formatting import fill_table, speedup_text
+from kevin_agent.run_table import speedup_text
+from kevin_agent.tui.formatting import fill_table
 from kevin_agent.tui.messages import ModulesScanned
 
 COLUMNS = ("file", "class", "line", "inputs", "accepted")

@@ -7,7 +7,8 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header
 
-from kevin_agent.tui.formatting import fill_table, speedup_text
+from kevin_agent.run_table import speedup_text
+from kevin_agent.tui.formatting import fill_table
 from kevin_agent.tui.messages import RunsListed
 
 COLUMNS = ("run", "class", "status", "best", "candidates", "created")
