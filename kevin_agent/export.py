@@ -139,7 +139,12 @@ def write_text_atomically(path: Path, text: str) -> None:
     path = Path(path)
     if path.parent and not path.parent.is_dir():
         raise UserInputError(f"cannot write {path}: folder {path.parent} does not exist")
-    atomic.write_text_atomically(path, text)
+    if path.is_dir():
+        raise UserInputError(f"cannot write {path}: it is a folder; name a file, e.g. {path / 'samples.jsonl'}")
+    try:
+        atomic.write_text_atomically(path, text)
+    except OSError as err:
+        raise UserInputError(f"cannot write {path}: {err.strerror or err}") from None
 
 
 def samples_jsonl(samples: Sequence[RLSample]) -> str:

@@ -22,6 +22,7 @@ class RunSummary:
     best_speedup: Optional[float]  # best speedup vs eager (counts_as_best), None when none
     candidates: int = 0
     source_path: str = ""
+    replayed: bool = False  # its verdicts were replayed from a recording (replay evaluator)
 
 
 @dataclass

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 from kevin_agent.data import REPLAY_GPU_NAME, Candidate, TimingStats, Verdict, VerdictDetails
-from kevin_agent.run_record import RunRecord
+from kevin_agent.run_record import RunRecord, RunSummary
 from kevin_agent.verdict_text import is_replayed, measured_label
 
 def plural(count: int, word: str) -> str:
@@ -126,6 +126,12 @@ def tie_with(details: VerdictDetails) -> str:
 def speedup_text(value: Optional[float], missing: str = "-") -> str:
     """``1.84x``, or ``missing`` when there is no number (every face writes speedups so)."""
     return missing if value is None else f"{value:.2f}x"
+
+
+def best_text(run: RunSummary) -> str:
+    """A listed run's best speedup: ``-``, ``1.84x``, or ``1.84x (replayed)`` (not measured here)."""
+    text = speedup_text(run.best_speedup)
+    return f"{text} (replayed)" if run.replayed and run.best_speedup is not None else text
 
 
 def _fmt(speedup: Optional[float]) -> str:

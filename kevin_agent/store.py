@@ -207,12 +207,13 @@ class RunStore:
             "SELECT r.run_id, r.class_name, r.created, r.status, r.source_path, "
             "(SELECT MAX(v.speedup) FROM verdicts v WHERE v.run_id = r.run_id "
             " AND v.counts_as_best = 1), "
-            "(SELECT COUNT(*) FROM candidates c WHERE c.run_id = r.run_id) "
+            "(SELECT COUNT(*) FROM candidates c WHERE c.run_id = r.run_id), "
+            "COALESCE(json_extract(r.settings_json, '$.evaluator'), '') LIKE 'replay:%' "
             "FROM runs r ORDER BY r.created DESC, r.rowid DESC"
         )
         return [
             RunSummary(run_id=r[0], class_name=r[1], created=r[2], status=r[3], source_path=r[4],
-                       best_speedup=r[5], candidates=r[6])
+                       best_speedup=r[5], candidates=r[6], replayed=bool(r[7]))
             for r in rows
         ]
 

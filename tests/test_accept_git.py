@@ -83,6 +83,16 @@ def test_slower_than_torch_compile_is_said_plainly(tmp_path):
     assert any("consider torch.compile instead" in note for note in plan.notes)
 
 
+def test_slower_than_both_baselines_never_says_it_beats_eager(tmp_path):
+    from accept_support import good_verdict
+
+    make_repo(tmp_path)
+    plan = _plan(tmp_path, verdict=good_verdict(speedup_vs_eager=0.67, speedup_vs_compile=0.8))
+    text = " ".join(plan.commit_message.split())  # the note is wrapped at 72 columns
+    assert "Note: this kernel is not faster than eager PyTorch or torch.compile on this GPU." in text
+    assert "beats eager" not in text
+
+
 def test_existing_target_with_other_content_is_refused(tmp_path):
     repo = make_repo(tmp_path)
     target = tmp_path / "models" / "fused_block_cuda.py"

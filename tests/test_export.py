@@ -80,3 +80,15 @@ def test_export_cli_writes_jsonl_and_rejects_bad_input(tmp_path):
     unknown = kevin(tmp_path, "export", "no-such-run", "--format", "rl")
     assert unknown.returncode == 2 and "kevin runs" in unknown.stderr
     assert "Traceback" not in unknown.stderr
+
+
+def test_export_to_a_folder_or_an_unwritable_place_is_one_line(tmp_path):
+    stored_run(tmp_path)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    into_folder = kevin(tmp_path, "export", "latest", "--format", "rl", "-o", str(folder))
+    assert into_folder.returncode == 2 and "it is a folder" in into_folder.stderr
+    assert into_folder.stderr.strip().count("\n") == 0 and list(folder.iterdir()) == []
+    refused = kevin(tmp_path, "export", "latest", "--format", "rl", "-o", "/proc/kevin-samples.jsonl")
+    assert refused.returncode == 2 and "cannot write /proc/kevin-samples.jsonl" in refused.stderr
+    assert "Traceback" not in refused.stderr and refused.stderr.strip().count("\n") == 0

@@ -112,6 +112,20 @@ def test_two_lanes_of_two_processes_never_overlap_on_one_gpu(tmp_path):
     assert max(end for _, end in spans) - min(start for start, _ in spans) >= 2.0  # one after the other
 
 
+def test_a_confined_lane_lists_the_device_nodes_for_its_workers(tmp_path):
+    """The worker cannot list /dev under its start-up layer: the lane lists the GPU's device
+    nodes here and hands them to every worker for its candidate layer."""
+    from kevin_agent.evaluate.sandbox.policy import DEVICES_ENV, device_paths
+
+    lane = LocalLane(DeviceInfo("stand-in", "GPU-devices", 0), EvalSettings(sandbox="auto"), spares=0,
+                     lease_folder=tmp_path, cache_dir=tmp_path / "cache")
+    try:
+        assert lane.pool.confine is not None
+        assert lane.pool.extra_env[DEVICES_ENV].split(os.pathsep) == device_paths(gpu=True)
+    finally:
+        lane.close()
+
+
 def test_candidates_spread_over_several_fake_gpus(tmp_path):
     from kevin_agent.evaluate.evaluator import CudaEvaluator
 

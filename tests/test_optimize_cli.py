@@ -143,6 +143,7 @@ def test_cli_errors_are_one_line_with_exit_codes(repo, monkeypatch, capsys):
         (["optimize"], "name a module"),
         (["optimize", "missing.py::Model", "--backend", "scripted", "--script", "x.json"], "missing.py"),
         (["optimize", "--resume", "nope"], "kevin runs"),
+        (["optimize", "--resume", "latest", "-n", "8"], "--turns cannot change when resuming"),
         (["optimize", "add.py::Model", "--backend", "scripted"], "--script"),
         (["optimize", "add.py::Model", "-m", "4", "--beam", "3", "--backend", "scripted",
           "--script", str(write_script(repo.parent / "s.json", {}))], "must divide"),

@@ -105,6 +105,184 @@ def test_build_entries_travel_as_bytes_and_land_under_their_key(tmp_path):
     assert (entry / "split" / f"kevin_{key[:16]}.so").read_text() == "kept\n"
 
 
+def standin_node(tmp_path: Path, monkeypatch, compiler: str = FAKE_COMPILE):
+    """A ``GpuNode`` as on a GPU node (its own cache), without Ray or a device; its jobs are
+    captured instead of run. The node and the jobs its lane was handed."""
+    from kevin_agent.data import Verdict
+    from kevin_agent.evaluate import ray_worker
+    from kevin_agent.evaluate.isolation import WorkerResult
+    from kevin_agent.evaluate.lanes import DeviceInfo
+
+    monkeypatch.setenv("KEVIN_BUILD_CACHE", str(tmp_path / "node-cache"))
+    monkeypatch.setattr(ray_worker, "detect_device",
+                        lambda fake_allowed: (DeviceInfo("stand-in", "standin-unit", 0, "node"), None))
+    monkeypatch.setattr(ray_worker, "toolchain_fingerprint", lambda cache: None)
+    node = ray_worker.GpuNode(EvalSettings(arch="9.0"), "9.0", worker_command=STANDIN, spares=0, compiler=compiler)
+    handed = []
+
+    def run(job, **_):
+        handed.append(job)
+        return WorkerResult(Verdict(Stage.TIMING, True, "ok"), 0, 0.0, 0, False)
+
+    monkeypatch.setattr(node.lane.pool, "run", run)
+    return node, handed
+
+
+def test_a_gpu_node_lets_the_candidate_read_its_own_node_side_build_entries(tmp_path, monkeypatch):
+    """The sandbox grants the job's ``build_entries`` only: they must be the node's, whether the
+    entries travelled with the job or the node built the candidate itself."""
+    from kevin_agent.evaluate.build.cache import BuildCache
+    from kevin_agent.evaluate.protocol import WorkerJob
+    from ray_fixtures import fake_compile
+
+    code = candidate("entries")
+    laptop = BuildCache(tmp_path / "laptop")
+    key = fake_compile(code, laptop).results[0].key
+    laptop_entry = laptop.root / "ext" / key
+    job = WorkerJob(TASK.source, code, Path("unset"), EvalSettings(arch="9.0", cache_dir=laptop.root),
+                    cache_dir=laptop.root, build_entries=(str(laptop_entry),))
+    node, handed = standin_node(tmp_path, monkeypatch)
+    try:
+        node.run("travelled", job, pack_entries([laptop_entry]), 10.0, True)
+        node.run("built-here", job, None, 10.0, True, build_here=True)
+    finally:
+        node.close()
+    node_entry = str(tmp_path / "node-cache" / "ext" / key)
+    for sent in handed:
+        assert sent.cache_dir == tmp_path / "node-cache"
+        assert sent.build_entries == (node_entry,)
+        assert (Path(node_entry) / "result.json").is_file()
+
+
+def unit_ray_evaluator(tmp_path: Path):
+    """The Ray evaluator's own bookkeeping, without connecting to a cluster."""
+    from kevin_agent.evaluate.evaluator import CudaEvaluator
+    from kevin_agent.evaluate.ray_lanes import ray_class
+
+    settings = EvalSettings(arch="9.0", cluster="ray://nowhere:10001", cache_dir=tmp_path / "cache")
+    return ray_class(CudaEvaluator)(settings, worker_command=STANDIN, compile_function=FAKE_COMPILE)
+
+
+def queued_item(codes=("x",)):
+    from kevin_agent.data import VerdictDetails
+    from kevin_agent.evaluate.scheduling import Batch, GpuItem
+
+    batch = Batch(TASK, list(codes), threading.Event(), None, None, None)
+    return GpuItem(batch, 0, codes[0], VerdictDetails())
+
+
+def scripted_lane(evaluator, comes_up: bool, device=None):
+    """A ``RayLane`` without an actor: up now when it ``comes_up``, ``wait_up`` brings it up if so."""
+    from kevin_agent.evaluate.ray_lanes import RayLane
+
+    class ScriptedLane(RayLane):
+        def wait_up(self, timeout_s: float) -> bool:
+            self.up = self.comes_up
+            return self.up
+
+    lane = ScriptedLane(0, evaluator)
+    lane.comes_up = lane.up = comes_up
+    lane.device = device or lane.device
+    return lane
+
+
+def test_a_lane_that_comes_back_ends_the_all_gpus_lost_clock(tmp_path):
+    """An outage that ended must not count towards the next one: a lane back up clears the clock."""
+    from kevin_agent.evaluate import ray_lanes
+
+    evaluator = unit_ray_evaluator(tmp_path)
+    lane = scripted_lane(evaluator, comes_up=True)
+    lane.up = False  # its actor is being replaced
+    evaluator._lanes = [lane]
+    evaluator._all_down_since = time.monotonic() - ray_lanes.NO_GPU_GRACE_S - 60  # a long, earlier outage
+    evaluator._bring_up(lane)
+    assert evaluator._all_down_since is None
+    item = queued_item()
+    evaluator._queue.put(item)
+    lane.up, lane.comes_up = False, False  # a new outage starts now
+    evaluator._bring_up(lane)
+    assert item.batch.error is None and not evaluator._queue.empty()
+
+
+@pytest.mark.timeout(30)
+def test_failing_the_queued_candidates_never_waits_on_an_empty_queue(tmp_path, monkeypatch):
+    evaluator = unit_ray_evaluator(tmp_path)
+    # another lane's thread took the last item between a check and a take: never block
+    monkeypatch.setattr(evaluator._queue, "empty", lambda: False)
+    done = threading.Event()
+    threading.Thread(target=lambda: (evaluator._fail_queued(EnvironmentProblem("gone")), done.set()),
+                     daemon=True).start()
+    assert done.wait(5), "_fail_queued blocked on an empty queue"
+    monkeypatch.undo()
+    item = queued_item()
+    evaluator._queue.put(item)
+    evaluator._attempts[id(item)] = (1, 1)
+    evaluator._fail_queued(EnvironmentProblem("gone"))
+    assert str(item.batch.error) == "gone" and evaluator._queue.empty() and not evaluator._attempts
+
+
+def test_a_candidate_ended_by_an_error_leaves_no_attempt_count(tmp_path, monkeypatch):
+    evaluator = unit_ray_evaluator(tmp_path)
+    item = queued_item()
+    evaluator._attempts[id(item)] = (1, 1)  # lost once before
+
+    def broken(lane, item):
+        raise RuntimeError("the task fails")
+
+    monkeypatch.setattr(evaluator, "_run_item", broken)
+    with pytest.raises(RuntimeError):
+        evaluator._run_or_retry(None, item)
+    assert evaluator._attempts == {}
+
+
+def test_a_remote_compile_past_its_limit_is_a_compile_verdict_not_a_failed_run(tmp_path, monkeypatch):
+    from kevin_agent.evaluate import ray_lanes
+    from kevin_agent.evaluate.build.cache import BuildCache
+    from kevin_agent.evaluate.verdicts import build_details, compile_verdict
+
+    class StuckRay:  # the task never finishes
+        cancelled = []
+
+        def wait(self, refs, timeout):
+            time.sleep(0.01)
+            return [], refs
+
+        def cancel(self, ref, force=False):
+            self.cancelled.append((ref, force))
+
+    monkeypatch.setattr(ray_lanes, "COMPILE_MARGIN_S", 0.05)
+    evaluator = unit_ray_evaluator(tmp_path)
+    evaluator.settings = EvalSettings(arch="9.0", compile_timeout_s=0.0)
+    stuck = StuckRay()
+    outcome = evaluator.compiler._finish(stuck, "ref", BuildCache(tmp_path / "cache"), None)
+    assert stuck.cancelled == [("ref", True)]
+    assert not outcome.ok and outcome.results[0].timed_out
+    verdict = compile_verdict(outcome, build_details(outcome))
+    assert verdict.stage is Stage.COMPILE and not verdict.ok
+    assert "did not finish within" in verdict.message and "timed out" in verdict.message
+
+
+def test_baselines_are_measured_again_only_on_a_lane_that_is_up_with_the_same_gpu(tmp_path):
+    from kevin_agent.errors import KevinError
+    from kevin_agent.evaluate.evaluator import CudaEvaluator
+    from kevin_agent.evaluate.lanes import DeviceInfo
+    from kevin_agent.evaluate.ray_lanes import LaneLost
+
+    evaluator = unit_ray_evaluator(tmp_path)
+    down = scripted_lane(evaluator, False, DeviceInfo("NVIDIA H100", "gpu-down", 0, "a"))
+    other = scripted_lane(evaluator, True, DeviceInfo("NVIDIA A100", "gpu-other", 0, "b"))
+    evaluator._lanes = [down, other]
+    evaluator._used[(TASK.source, "NVIDIA H100")] = (down, None)
+    measured = []
+    evaluator._measure = lambda lane, *_: measured.append(lane)
+    assert CudaEvaluator.remeasure(evaluator, TASK) == [] and measured == []  # no H100 up: skipped
+    same = scripted_lane(evaluator, True, DeviceInfo("NVIDIA H100", "gpu-same", 1, "c"))
+    evaluator._lanes.append(same)
+    evaluator.remeasure(TASK)
+    assert measured == [same]
+    assert issubclass(LaneLost, KevinError)  # a lane lost while measuring is one line wherever it escapes
+
+
 # -- a run spread over two GPU models: `kevin show` and `kevin report` group by GPU ----------------
 
 def two_gpu_run(root: Path):

@@ -66,3 +66,11 @@ def test_report_cli(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "kevin_agent", "report", "zzz"], cwd=tmp_path,
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
+
+
+def test_report_into_a_place_that_cannot_be_written_is_one_line(tmp_path):
+    stored_run(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "kevin_agent", "report", "latest", "-o", "/proc/kevin-reports"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "cannot write the report into /proc/kevin-reports" in done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.strip().count("\n") == 0

@@ -15,7 +15,7 @@ import pytest
 
 from kevin_agent.errors import UserInputError
 from kevin_agent.evaluate.replay import ReplayEvaluator
-from kevin_agent.events import RunDone, RunStarted, VerdictReady
+from kevin_agent.events import RunDone, RunStarted, TurnDone, VerdictReady
 from kevin_agent.runs.request import RunRequest
 from kevin_agent.runs.service import RunService
 from kevin_agent.runs.state import RunView
@@ -164,3 +164,102 @@ def test_a_run_is_played_by_one_process_at_a_time(project, tmp_path):
         holder.wait(10)
     with RunService(environ={}) as service:  # the holder died: its lock went with it
         assert service.run(RunRequest(resume=run_id, config_dir=project)).record.status == "done"
+
+
+class BrokenRemeasure(ReplayEvaluator):
+    """The replay evaluator whose end-of-run baseline check breaks with a plain error."""
+
+    def remeasure(self, task):
+        raise RuntimeError("worker pipe broke")
+
+
+def test_an_unexpected_error_marks_the_run_failed_not_running(project, tmp_path):
+    def broken_sink(event):  # breaks between turns, outside the evaluator's own error handling
+        if isinstance(event, TurnDone):
+            raise RuntimeError("the console went away")
+
+    with RunService(environ={}) as service:
+        prepared = service.open(request(project, tmp_path), broken_sink)
+        with pytest.raises(RuntimeError, match="console went away"):
+            prepared.play(threading.Event())
+        stored = service.store_for(project).load_run(prepared.run_id)
+    assert stored.status == "failed"  # resumable, and no longer shown as a live run
+    with RunService(environ={}) as service:
+        assert service.run(RunRequest(resume=prepared.run_id, config_dir=project)).record.status == "done"
+
+
+def test_a_baseline_check_that_breaks_is_a_note_not_a_stuck_run(project, tmp_path):
+    def make_evaluator(spec, settings):
+        return BrokenRemeasure(spec.removeprefix("replay:"))
+
+    with RunService(environ={}, make_evaluator=make_evaluator) as service:
+        outcome = service.run(request(project, tmp_path))
+    assert outcome.record.status == "done"
+    assert any("could not be measured again" in note and "worker pipe broke" in note
+               for note in outcome.record.notes)
+
+
+class DeafReplay(ReplayEvaluator):
+    """The replay evaluator that ignores cancel until released (like a long final measurement)."""
+
+    release = threading.Event()
+
+    def evaluate(self, task, codes, **kwargs):
+        DeafReplay.release.wait(30)
+        return super().evaluate(task, codes, **kwargs)
+
+
+def test_a_second_ctrl_c_marks_the_run_cancelled_and_says_how_to_resume(project, tmp_path, capsys):
+    import _thread
+    import time
+
+    from kevin_agent.commands.optimize_cmd import _play_in_thread
+
+    def make_evaluator(spec, settings):
+        return DeafReplay(spec.removeprefix("replay:"))
+
+    def press_ctrl_c_twice():
+        for pause in (0.5, 0.5):
+            time.sleep(pause)
+            _thread.interrupt_main()
+
+    DeafReplay.release.clear()
+    with RunService(environ={}, make_evaluator=make_evaluator) as service:
+        prepared = service.open(request(project, tmp_path))
+        cancel = threading.Event()
+        threading.Thread(target=press_ctrl_c_twice, daemon=True).start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                _play_in_thread(prepared, cancel)
+            assert cancel.is_set()
+            assert service.store_for(project).load_run(prepared.run_id).status == "cancelled"
+        finally:
+            DeafReplay.release.set()
+    assert f"kevin optimize --resume {prepared.run_id}" in capsys.readouterr().err
+
+
+def test_a_relative_replay_file_is_stored_absolute_and_resumes_from_elsewhere(project, tmp_path, monkeypatch):
+    write_replay(tmp_path / "replay.json", 0.0)
+    monkeypatch.chdir(tmp_path)
+    with RunService(environ={}) as service:
+        prepared = service.open(request(project, tmp_path, evaluator="replay:replay.json"))
+        cancel = threading.Event()
+        cancel.set()  # stop before the first turn: the run stays resumable
+        run_id = prepared.play(cancel).record.run_id
+        stored = service.store_for(project).load_run(run_id).settings["evaluator"]
+    assert stored == f"replay:{tmp_path / 'replay.json'}"
+    monkeypatch.chdir(project)
+    with RunService(environ={}) as service:
+        assert service.run(RunRequest(resume=run_id, config_dir=project)).record.status == "done"
+
+
+def test_listed_runs_say_when_their_best_was_replayed(project, tmp_path):
+    from kevin_agent.run_table import best_text
+
+    with RunService(environ={}) as service:
+        replayed_run = service.run(request(project, tmp_path)).record
+        store = service.store_for(project)
+        store.create_run("measured-1", replayed_run.task, {"evaluator": "cuda"})
+        listed = {run.run_id: run for run in store.list_runs()}
+    assert listed[replayed_run.run_id].replayed and best_text(listed[replayed_run.run_id]) == "2.00x (replayed)"
+    assert not listed["measured-1"].replayed and best_text(listed["measured-1"]) == "-"

@@ -56,3 +56,26 @@ def test_the_candidate_layer_confines_to_the_job_and_its_entries(tmp_path):
     assert out["entry"] == "allowed" and out["write_job"] == "allowed"
     for refused in ("home", "repo", "socket"):
         assert "Blocked by the sandbox" in out[refused], out[refused]
+
+
+def test_the_candidate_layer_grants_the_devices_its_parent_listed(tmp_path, monkeypatch):
+    """Under the start-up layer /dev cannot be listed (``/dev/nvidia*`` finds nothing), so the
+    candidate layer grants the device nodes the parent listed (``DEVICES_ENV``), not a glob's."""
+    from kevin_agent.evaluate import sandbox
+    from kevin_agent.evaluate.api import EvalSettings
+    from kevin_agent.evaluate.protocol import WorkerJob
+    from kevin_agent.evaluate.sandbox import policy as policy_module
+    from kevin_agent.evaluate.sandbox.enforce import SandboxReport
+    from kevin_agent.evaluate.worker.stages import confine_candidate
+
+    gpu_node = next((p for p in ("/dev/tty", "/dev/ptmx", "/dev/shm") if os.path.exists(p)), None)
+    if gpu_node is None:
+        pytest.skip("no spare /dev entry to stand in for a GPU device node")
+    monkeypatch.setattr(policy_module.glob, "glob", lambda pattern: [])  # /dev is not listable here
+    monkeypatch.setenv(policy_module.DEVICES_ENV, os.pathsep.join(["/dev/null", gpu_node, "/home/x"]))
+    applied = []
+    monkeypatch.setattr(sandbox, "confine", lambda policy, mode: applied.append(policy) or SandboxReport(mode, "stub"))
+    job = WorkerJob("task", "code", tmp_path / "result.json", EvalSettings(sandbox="auto"),
+                    build_entries=(str(tmp_path),))
+    assert confine_candidate(job, tmp_path / "cache").startswith("stub")
+    assert applied[0].devices == ("/dev/null", gpu_node)  # only /dev paths, as the parent listed them

@@ -76,14 +76,17 @@ def _timing_line(verdict: Verdict) -> Optional[str]:
 
 def _verdict_note(verdict: Verdict) -> Optional[str]:
     d = verdict.details
+    where = "where it was measured" if is_replayed(d) else "on this GPU"
     if better_choice(d) == "tie":
-        return (f"Note: this kernel ties with {tie_with(d)} on this GPU: the difference is within the "
+        return (f"Note: this kernel ties with {tie_with(d)} {where}: the difference is within the "
                 "timing noise (95% intervals of the medians overlap, or under 2%).")
+    slower_than_eager = d.speedup_vs_eager is not None and d.speedup_vs_eager <= 1.0
+    if slower_than_eager:
+        also = " or torch.compile" if d.speedup_vs_compile is not None and d.speedup_vs_compile <= 1.0 else ""
+        return f"Note: this kernel is not faster than eager PyTorch{also} {where}."
     if d.speedup_vs_compile is not None and d.speedup_vs_compile <= 1.0:
-        return (f"Note: torch.compile is faster than this kernel on this GPU "
+        return (f"Note: torch.compile is faster than this kernel {where} "
                 f"({_x(d.speedup_vs_compile)} vs torch.compile); it beats eager only.")
-    if d.speedup_vs_eager is not None and d.speedup_vs_eager <= 1.0:
-        return "Note: this kernel is not faster than eager PyTorch on this GPU."
     return None
 
 

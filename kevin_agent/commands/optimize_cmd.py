@@ -41,15 +41,15 @@ def _positive_int(text: str) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", nargs="?", metavar="FILE.py::Class",
                         help="the nn.Module to optimize (FILE.py alone when it holds one module)")
-    parser.add_argument("--trajectories", "-m", type=_positive_int, default=4,
+    parser.add_argument("--trajectories", "-m", type=_positive_int, default=None,
                         help="parallel trajectories (default 4; Kevin's paper used 16)")
-    parser.add_argument("--turns", "-n", type=_positive_int, default=4,
+    parser.add_argument("--turns", "-n", type=_positive_int, default=None,
                         help="refinement turns per trajectory (default 4; Kevin's paper used 8)")
     parser.add_argument("--target-speedup", type=float, default=None, metavar="X",
                         help="stop early once a kernel reaches this speedup over eager")
     parser.add_argument("--beam", type=_positive_int, default=None, metavar="K",
                         help="beam mode: after each turn keep the K fastest trajectories, fork each")
-    parser.add_argument("--beam-every", type=_positive_int, default=1, metavar="T",
+    parser.add_argument("--beam-every", type=_positive_int, default=None, metavar="T",
                         help="turns between beam selections (default 1)")
     parser.add_argument("--backend", choices=("vllm", "openai", "scripted"), default=None,
                         help="where replies come from: openai (any OpenAI-compatible server, the "
@@ -82,14 +82,22 @@ def run_request(args: argparse.Namespace) -> Any:
     """The flags as a run service request (settings are resolved by the service)."""
     from pathlib import Path
 
+    from kevin_agent.errors import UserInputError
     from kevin_agent.runs.request import RunRequest
 
+    shape = {"--trajectories": args.trajectories, "--turns": args.turns, "--beam": args.beam,
+             "--beam-every": args.beam_every, "--target-speedup": args.target_speedup}
+    given = [flag for flag, value in shape.items() if value is not None]
+    if args.resume and given:
+        raise UserInputError(f"{given[0]} cannot change when resuming: run {args.resume} keeps the shape "
+                             "it started with (see `kevin show`); start a new run to change it")
     flags = {field: getattr(args, attr, None) for attr, field in BACKEND_FLAGS.items()}
     if flags.get("script"):
         flags["script"] = str(Path(flags["script"]).expanduser().resolve())
     return RunRequest(
-        target=args.target, resume=args.resume, trajectories=args.trajectories, turns=args.turns,
-        target_speedup=args.target_speedup, beam_keep=args.beam, beam_every=args.beam_every,
+        target=args.target, resume=args.resume, trajectories=args.trajectories or RunRequest.trajectories,
+        turns=args.turns or RunRequest.turns, target_speedup=args.target_speedup, beam_keep=args.beam,
+        beam_every=args.beam_every or RunRequest.beam_every,
         backend_flags=flags, eval_flags=eval_flags(args), evaluator=args.evaluator, gpu_name=args.gpu,
     )
 
@@ -115,8 +123,14 @@ def _play_in_thread(prepared: Any, cancel: threading.Event) -> Any:
         cancel.set()
         print("kevin optimize: cancelling; finished work is kept (Ctrl-C again to quit now)",
               file=sys.stderr, flush=True)
-        while not finished.wait(0.2):
-            pass
+        try:
+            while not finished.wait(0.2):
+                pass
+        except KeyboardInterrupt:
+            prepared.abandon()
+            print(f"kevin optimize: stopped; continue with `kevin optimize --resume {prepared.run_id}`",
+                  file=sys.stderr, flush=True)
+            raise
     if "error" in outcome:
         raise outcome["error"]
     return outcome["outcome"]

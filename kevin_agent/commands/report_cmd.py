@@ -23,7 +23,10 @@ def run(args: argparse.Namespace) -> int:
     out_dir = Path(args.output) if args.output else store.path.parent / "reports"
     if out_dir.exists() and not out_dir.is_dir():
         raise UserInputError(f"-o {out_dir}: exists and is not a folder")
-    files = write_report(record, out_dir)
+    try:
+        files = write_report(record, out_dir)
+    except OSError as err:
+        raise UserInputError(f"cannot write the report into {out_dir}: {err.strerror or err}") from None
     print(f"wrote {files.png}")
     print(f"wrote {files.html}")
     return 0

@@ -17,6 +17,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from kevin_agent.progress import stdout_console
+    from kevin_agent.run_table import best_text
     from kevin_agent.store import RunStore
 
     with RunStore.for_path(Path.cwd()) as store:
@@ -31,8 +32,7 @@ def run(args: argparse.Namespace) -> int:
     for name in ("run", "module", "created", "status", "candidates", "best vs eager"):
         table.add_column(name)
     for r in runs:
-        best = "-" if r.best_speedup is None else f"{r.best_speedup:.2f}x"
         module = f"{r.source_path}::{r.class_name}" if r.source_path else r.class_name
-        table.add_row(r.run_id, module, r.created, r.status, str(r.candidates), best)
+        table.add_row(r.run_id, module, r.created, r.status, str(r.candidates), best_text(r))
     stdout_console().print(table)
     return 0

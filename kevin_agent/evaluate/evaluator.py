@@ -259,10 +259,15 @@ class CudaEvaluator(Evaluator):
         return result.baseline
 
     def remeasure(self, task: Task) -> list[Drift]:
-        """Measure the task's baselines again (each GPU model used); how far they moved."""
+        """Measure the task's baselines again (each GPU model used, on a lane of that model that is
+        up now; a model with none is skipped); how far they moved."""
         drifts = []
-        for (source, gpu), (lane, used) in list(self._used.items()):
+        for (source, gpu), (first, used) in list(self._used.items()):
             if source != task.source:
+                continue
+            lane = next((one for one in (first, *self._lanes)
+                         if getattr(one, "up", True) and one.device.name == gpu), None)  # a remote lane may be down
+            if lane is None:
                 continue
             fresh = self._measure(lane, task, threading.Event(), None)
             if fresh is not None:

@@ -86,6 +86,7 @@ class LocalLane(Lane):
         if worker_command is None and settings.sandbox != "off" and cache_dir is not None:
             confine = worker_confinement(settings.sandbox, cache_dir)
             env["CUDA_CACHE_PATH"] = str(cache_dir / "cuda-jit")
+            env.update(granted_devices_env())
         self.pool = WorkerPool(worker_command, run_timeout_s=settings.run_timeout_s, extra_env=env,
                                spares=spares, confine=confine, scratch_root=scratch_root)
         self.lease = GpuLease(device.uuid, device.label, lease_folder)
@@ -123,6 +124,14 @@ def worker_confinement(mode: str, cache_dir: Path) -> Confine:
         return launch_command(policy, ["kevin_agent.evaluate.worker"], mode, module=True)
 
     return confine
+
+
+def granted_devices_env() -> dict[str, str]:
+    """The GPU device nodes, listed here where /dev is readable, for the worker's candidate layer
+    (``sandbox.policy.DEVICES_ENV``): under its start-up layer the worker cannot list /dev."""
+    from kevin_agent.evaluate.sandbox.policy import DEVICES_ENV, device_paths
+
+    return {DEVICES_ENV: os.pathsep.join(device_paths(gpu=True))}
 
 
 def visible_device(device: DeviceInfo) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import queue
 import shlex
 import threading
 import time
@@ -34,11 +35,12 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from kevin_agent import feedback
 from kevin_agent.data import Stage, Task, Verdict, VerdictDetails
 from kevin_agent.errors import EnvironmentProblem
 from kevin_agent.evaluate import ray_worker
 from kevin_agent.evaluate.api import EvalSettings, QueueCallback, VerdictCallback, WaitCallback
-from kevin_agent.evaluate.build.cache import BuildCache
+from kevin_agent.evaluate.build.cache import BuildCache, BuildResult
 from kevin_agent.evaluate.build.compile import CompileOutcome
 from kevin_agent.evaluate.isolation import WorkerResult
 from kevin_agent.evaluate.lanes import DeviceInfo, Lane
@@ -76,9 +78,10 @@ def import_ray() -> Any:
     return ray
 
 
-class LaneLost(Exception):
+class LaneLost(EnvironmentProblem):
     """A remote lane lost its GPU node or actor mid-job; the job did not finish (run it elsewhere).
-    ``counted``: the node had the job (it said so, or a while passed), so the candidate may be why."""
+    ``counted``: the node had the job (it said so, or a while passed), so the candidate may be why.
+    An EnvironmentProblem, so one that escapes (a baseline measured again at the end) is one line."""
 
     counted = True
 
@@ -180,14 +183,15 @@ class RemoteCompiler:
                 self._running.discard(ref)
 
     def _finish(self, ray: Any, ref: Any, cache: BuildCache, cancel: Optional[threading.Event]) -> CompileOutcome:
-        deadline = time.monotonic() + self.evaluator.settings.compile_timeout_s + COMPILE_MARGIN_S
+        limit_s = self.evaluator.settings.compile_timeout_s + COMPILE_MARGIN_S
+        started = time.monotonic()
         while not ray.wait([ref], timeout=POLL_S)[0]:
             if cancel is not None and cancel.is_set():
                 ray.cancel(ref)  # KeyboardInterrupt there: it kills its builds
                 return CompileOutcome(False, CANCELLED_COMPILE)
-            if time.monotonic() > deadline:
+            if time.monotonic() - started > limit_s:
                 ray.cancel(ref, force=True)
-                raise EnvironmentProblem("the Ray cluster did not finish a compile in time (is a CPU node free?)")
+                return timed_out_compile(limit_s, time.monotonic() - started)
         try:
             reply = ray.get(ref)
         except ray.exceptions.TaskCancelledError:
@@ -221,6 +225,14 @@ class RemoteCompiler:
             ray = import_ray()
             self._task = ray.remote(ray_worker.compile_on_node).options(num_cpus=1, max_retries=2)
         return self._task
+
+
+def timed_out_compile(limit_s: float, seconds: float) -> CompileOutcome:
+    """The outcome of a compile the cluster did not finish within ``limit_s`` (stopped): a COMPILE
+    verdict for that candidate, as a local build's timeout gives; the run goes on."""
+    errors = f"error: the build did not finish within {limit_s:.0f} s on the Ray cluster and was stopped (timed out)"
+    result = BuildResult(False, seconds, False, None, errors, "", None, timed_out=True)
+    return CompileOutcome(False, feedback.compile_error(errors), [result])
 
 
 # -- GPU lanes -----------------------------------------------------------------------------------
@@ -557,9 +569,9 @@ class RayMixin:
     def _run_or_retry(self, lane: RayLane, item: GpuItem) -> bool:
         """Run the item; when the lane is lost, queue it again (True) or, after ``MAX_ATTEMPTS``,
         settle it with a verdict."""
+        requeued = False
         try:
             self._run_item(lane, item)
-            self._attempts.pop(id(item), None)
             return False
         except LaneLost as lost:
             counted, bounces = self._attempts.pop(id(item), (0, 0))
@@ -569,14 +581,20 @@ class RayMixin:
                 item.batch.settle(item.index, crash_verdict(reason, ""))
                 return False
             self._attempts[id(item)] = (counted, bounces)
+            requeued = True
             self._queue.put(item)
             return True
+        finally:
+            if not requeued:  # it ended here (a verdict, or an error that fails its batch)
+                self._attempts.pop(id(item), None)
 
     def _bring_up(self, lane: RayLane) -> None:
         """Wait a little for the lane's (new) actor; when no lane has been up for a while, fail the
         queued candidates' batches instead of letting them wait for ever."""
         try:
             if lane.wait_up(1.0):
+                with self._down_lock:
+                    self._all_down_since = None  # a later outage is timed from its own start
                 return
         except Exception:  # the node refused (no device...): try again later, somewhere else
             time.sleep(1.0)
@@ -591,11 +609,17 @@ class RayMixin:
                                                      f"was lost for over {NO_GPU_GRACE_S:.0f} s"))
 
     def _fail_queued(self, error: EnvironmentProblem) -> None:
-        while not self._queue.empty():
-            item = self._queue.get()
+        """Fail the batches of the candidates queued now (never waits: another lane's thread may
+        take the last one meanwhile)."""
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
             if item is None:
                 self._queue.put(None)
                 return
+            self._attempts.pop(id(item), None)
             item.batch.fail(error)
             item.batch.count(on_gpu=-1)
 

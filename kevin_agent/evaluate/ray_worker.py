@@ -295,14 +295,16 @@ class GpuNode:
         with self._lock:
             self._jobs[job_id] = state
         try:
-            if blob:
-                unpack_entries(blob, self.cache_root)
+            entries = unpack_entries(blob, self.cache_root) if blob else []
             if build_here and job.candidate_source:
-                failed = self._build_here(job.candidate_source)
-                if failed is not None:
-                    return failed
+                outcome = load_compiler(self.compiler)(job.candidate_source, self._cache())
+                if not outcome.ok:
+                    return self._build_failed(outcome)
+                entries = entry_dirs(outcome, self.cache_root)
             settings = dataclasses.replace(job.settings, cache_dir=self.cache_root, cluster=None)
-            job = dataclasses.replace(job, settings=settings, cache_dir=self.cache_root)
+            # the sandbox lets the candidate read only these: this node's entries, not the client's paths
+            job = dataclasses.replace(job, settings=settings, cache_dir=self.cache_root,
+                                      build_entries=tuple(str(e) for e in entries))
             result = self.lane.pool.run(job, cancel=state.cancel, start_next=not last, timeout_s=timeout_s,
                                         gate=lambda: self._gate(state))
             result.verdict.details.gpu_uuid = result.verdict.details.gpu_uuid or self.device.uuid
@@ -320,12 +322,10 @@ class GpuNode:
             state.waiting, state.running_since = None, time.time()
             yield held
 
-    def _build_here(self, code: str) -> Optional[WorkerResult]:
+    def _build_failed(self, outcome: CompileOutcome) -> WorkerResult:
+        """The COMPILE verdict of a candidate that failed to build on this node."""
         from kevin_agent.evaluate.verdicts import build_details, compile_verdict
 
-        outcome = load_compiler(self.compiler)(code, self._cache())
-        if outcome.ok:
-            return None
         return WorkerResult(compile_verdict(outcome, build_details(outcome)), os.getpid(), 0.0, None, False)
 
     def _cache(self) -> BuildCache:

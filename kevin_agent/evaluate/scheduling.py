@@ -98,6 +98,10 @@ class LaneQueue:
     def get(self) -> Optional[GpuItem]:
         return self._items.get()
 
+    def get_nowait(self) -> Optional[GpuItem]:
+        """The next item; ``queue.Empty`` at once when there is none."""
+        return self._items.get_nowait()
+
     def empty(self) -> bool:
         return self._items.empty()
 

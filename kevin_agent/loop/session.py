@@ -103,6 +103,9 @@ class Session:
             self.store.set_status(self.run_id, "failed", str(failed.error))
             self.events(RunFailed(self.run_id, str(failed.error)))
             return self.store.load_run(self.run_id)
+        except BaseException as err:  # never leave a dead run marked "running"
+            self._mark_stopped(err)
+            raise
         notes = () if cancelled else self._baseline_drift()
         self.store.set_status(self.run_id, "cancelled" if cancelled else "done")
         record = self.store.load_run(self.run_id)
@@ -111,11 +114,24 @@ class Session:
                             cancelled=cancelled, notes=notes))
         return record
 
+    def _mark_stopped(self, err: BaseException) -> None:
+        """Record why the run stopped on an unexpected error (cancelled on Ctrl-C), as far as the
+        store still can; the error itself goes on to the caller."""
+        try:
+            if isinstance(err, KeyboardInterrupt):
+                self.store.set_status(self.run_id, "cancelled")
+                return
+            message = f"stopped by an unexpected error: {type(err).__name__}: {err}"
+            self.store.set_status(self.run_id, "failed", message)
+            self.events(RunFailed(self.run_id, message))
+        except Exception:  # the store or the sink is what broke: the caller still gets err
+            pass
+
     def _baseline_drift(self) -> tuple[str, ...]:
         """The baselines measured again at the end, and how far they moved (kept with the run)."""
         try:
             notes = tuple(d.text() for d in self.evaluator.remeasure(self.task))
-        except KevinError as err:  # a baseline that cannot be re-measured is reported, not fatal
+        except Exception as err:  # a baseline that cannot be re-measured is reported, not fatal
             notes = (f"the baselines could not be measured again at the end: {err}",)
         if notes:
             self.store.add_notes(self.run_id, notes)

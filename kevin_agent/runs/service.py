@@ -43,6 +43,13 @@ def _make_backend(settings: BackendSettings) -> Backend:
     return make_backend(settings)
 
 
+def _absolute_spec(spec: Optional[str]) -> Optional[str]:
+    """``replay:FILE`` with FILE made absolute, so the stored run resumes from any folder."""
+    if spec and spec.startswith("replay:"):
+        return "replay:" + str(Path(spec.removeprefix("replay:")).expanduser().resolve())
+    return spec
+
+
 def _open_evaluator(spec: Optional[str], settings: EvalSettings) -> Evaluator:
     from kevin_agent.evaluate.evaluator import open_evaluator
 
@@ -90,6 +97,11 @@ class PreparedRun:
     @property
     def task(self) -> Task:
         return self.session.task
+
+    def abandon(self) -> None:
+        """Mark the run cancelled now, while ``play`` may still be going on another thread (the
+        process is quitting: a second Ctrl-C); its stored work stays, ready for ``--resume``."""
+        self.session.store.set_status(self.run_id, "cancelled")
 
     def play(self, cancel: Optional[threading.Event] = None) -> RunOutcome:
         """Run to the end (or cancel); events go to the request's sink. Never raises for a
@@ -176,7 +188,7 @@ class RunService:
             beam_every=request.beam_every,
             backend=self.backend_settings(request.backend_flags, request.config_dir),
             gpu_name=request.gpu_name,
-            evaluator=request.evaluator or self.environ.get(EVALUATOR_ENV) or None,
+            evaluator=_absolute_spec(request.evaluator or self.environ.get(EVALUATOR_ENV) or None),
         )
         settings.validate()
         return settings
@@ -208,16 +220,17 @@ class RunService:
     def _open_resumed(self, request: RunRequest, store: RunStore, events: EventSink) -> PreparedRun:
         if request.target or request.task:
             raise UserInputError("give either FILE.py::Class or --resume RUN, not both")
-        record = store.load_run(request.resume or "")
-        if record.status == "done":
-            raise UserInputError(f"run {record.run_id} is already done; `kevin show {record.run_id}`")
-        lock = RunLock.take(store, record.run_id)
+        run_id = store.resolve_run_id(request.resume or "")
+        lock = RunLock.take(store, run_id)
         try:
+            record = store.load_run(run_id)  # read under the lock: its last holder may just have finished it
+            if record.status == "done":
+                raise UserInputError(f"run {run_id} is already done; `kevin show {run_id}`")
             settings = RunSettings.from_dict(record.settings)
             stored_backend = dict(record.settings.get("backend") or {})
             settings.backend = self.backend_settings({**stored_backend, **request.given_flags},
                                                      request.config_dir)
-            settings.evaluator = request.evaluator or settings.evaluator
+            settings.evaluator = _absolute_spec(request.evaluator) or settings.evaluator
             settings.eval = _with_flags(settings.eval, request.eval_flags)  # flags beat the stored ones
             backend = self.backend(settings.backend)
             evaluator = self.evaluator(settings.evaluator, settings.eval)

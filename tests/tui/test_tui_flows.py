@@ -11,7 +11,7 @@ from kevin_agent.store import RunStore
 from kevin_agent.tui.screens.candidate import CandidateScreen
 from kevin_agent.tui.screens.confirm import ConfirmScreen
 from kevin_agent.tui.screens.diff import DiffScreen
-from tui_support import RUN_ID, make_app, notifications, start_run, wait_for
+from tui_support import RUN_ID, make_app, notifications, open_past_runs, start_run, wait_for
 
 KERNEL_FILES = {"models/model_cuda.py", "models/model_kernel.cu", "models/model_kernel.cpp",
                 "models/test_model_cuda.py"}
@@ -185,12 +185,7 @@ async def test_past_runs_open_from_the_store(tmp_path):
     app, _, script = make_app(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
         await start_run(pilot, script)
-        await wait_for(pilot, lambda: app.screen.status == "done", what="run done")
-        await pilot.press("escape")
-        await wait_for(pilot, lambda: app.screen.id == "browser", what="browser")
-        await pilot.press("r")
-        await wait_for(pilot, lambda: app.screen.id == "runs" and bool(app.screen.run_ids),
-                       what="runs")
+        await open_past_runs(pilot, "done")
         assert app.screen.run_ids == [RUN_ID]
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.screen.id == "run", what="stored run")

@@ -15,7 +15,7 @@ from kevin_agent.tui.screens.confirm import ConfirmScreen
 from kevin_agent.tui.screens.diff import DiffScreen
 from kevin_agent.tui.screens.run import RunScreen
 from loop_fixtures import write_replay
-from tui_support import RUN_ID, make_app, notifications, start_run, wait_for
+from tui_support import RUN_ID, make_app, notifications, open_past_runs, start_run, wait_for
 
 
 def browser_rows(app) -> list[list[str]]:
@@ -95,11 +95,7 @@ async def _cancelled_run(pilot, script) -> None:
     await wait_for(pilot, lambda: any(v is not None for _, v in app.screen.rows.values()),
                    what="a verdict")
     await pilot.press("c")
-    await wait_for(pilot, lambda: app.screen.status == "cancelled", what="cancelled")
-    await pilot.press("escape")
-    await wait_for(pilot, lambda: app.screen.id == "browser", what="browser")
-    await pilot.press("r")
-    await wait_for(pilot, lambda: app.screen.id == "runs" and bool(app.screen.run_ids), what="runs")
+    await open_past_runs(pilot, "cancelled")
 
 
 PLAN_2x3 = {(t, n): m for t in range(2) for n, m in enumerate(("slow", "quick", "fastest"))}
@@ -142,11 +138,7 @@ async def test_continue_a_done_run_says_it_is_done(tmp_path):
     app, _, script = make_app(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
         await start_run(pilot, script)
-        await wait_for(pilot, lambda: app.screen.status == "done", what="run done")
-        await pilot.press("escape")
-        await wait_for(pilot, lambda: app.screen.id == "browser", what="browser")
-        await pilot.press("r")
-        await wait_for(pilot, lambda: app.screen.id == "runs" and bool(app.screen.run_ids), what="runs")
+        await open_past_runs(pilot, "done")
         await pilot.press("c")
         await wait_for(pilot, lambda: any("already done" in n for n in notifications(app)), what="note")
         assert app.screen.id == "runs"

@@ -105,6 +105,16 @@ async def start_run(pilot, script: Path, *, trajectories: str = "2", turns: str 
     await wait_for(pilot, lambda: app.screen.id == "run", what="run screen")
 
 
+async def open_past_runs(pilot, status: str) -> None:
+    """Wait for the run screen to reach ``status``, go back to the browser, open past runs."""
+    app = pilot.app
+    await wait_for(pilot, lambda: app.screen.status == status, what=f"run {status}")
+    await pilot.press("escape")
+    await wait_for(pilot, lambda: app.screen.id == "browser", what="browser")
+    await pilot.press("r")
+    await wait_for(pilot, lambda: app.screen.id == "runs" and bool(app.screen.run_ids), what="runs")
+
+
 def notifications(app) -> list[str]:
     return [f"{n.title}: {n.message}" for n in app._notifications]
 

@@ -7,7 +7,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header
 
-from kevin_agent.run_table import speedup_text
+from kevin_agent.run_table import best_text
 from kevin_agent.tui.formatting import fill_table
 from kevin_agent.tui.messages import RunsListed
 
@@ -39,7 +39,7 @@ class RunsScreen(Screen):
         table = self.query_one(DataTable)
         self.run_ids = [run.run_id for run in message.runs]
         self.statuses = [run.status for run in message.runs]
-        rows = [(run.run_id, run.class_name, run.status, speedup_text(run.best_speedup),
+        rows = [(run.run_id, run.class_name, run.status, best_text(run),
                  str(run.candidates), run.created.replace("T", " ")) for run in message.runs]
         fill_table(table, COLUMNS, rows, self.run_ids)
         if not message.runs:

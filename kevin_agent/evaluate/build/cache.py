@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -33,6 +34,11 @@ __all__ = ["ExtensionSpec", "BuildResult", "BuildCache", "default_cache_root", "
 
 
 ENTRY_FOLDER = "ext"  # <cache root>/ext/<key>: one built extension (its files and result.json)
+# A confined build's log when the sandbox, not the sources, made it fail: the launcher's own lines
+# ("kevin-sandbox: sandbox required but ...", "kevin-sandbox: cannot run ninja: ..."; not the
+# verbose "kevin-sandbox: sandbox: landlock ..."), and refusals of Landlock (EACCES) and seccomp (EPERM)
+LAUNCHER_PREFIX = "kevin-sandbox: "
+SANDBOX_REFUSALS = ("Permission denied", "Operation not permitted")
 
 
 def entry_dir(root: Path, key: str) -> Path:
@@ -130,18 +136,43 @@ class BuildCache:
             if hit is not None:
                 return hit
             tmp = Path(tempfile.mkdtemp(prefix=f"{key[:16]}-", dir=_mkdir(self.root / "tmp")))
-            result = self._build_into(spec, key, tmp)
-            if result.ok and result.module_path:
-                result.kernels = kernel_listing(result.module_path)
-            result.seconds = time.monotonic() - start
-            final_result = rehome(result, str(tmp), final)
-            final_result.key = key
-            (tmp / "result.json").write_text(json.dumps(asdict(final_result)))
-            if result.timed_out:
-                return result  # a timeout is not a property of the sources: do not cache it
-            final.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                return self._build_and_store(spec, key, tmp, final, start)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)  # gone after a rename; else never left behind
+
+    def _build_and_store(self, spec: ExtensionSpec, key: str, tmp: Path, final: Path, start: float) -> BuildResult:
+        """Build in ``tmp``, then rename it to ``final`` (the entry) unless the failure is not the
+        sources' (a timeout, the sandbox): that result is returned uncached, its folder removed."""
+        result = self._build_into(spec, key, tmp)
+        if result.ok and result.module_path:
+            result.kernels = kernel_listing(result.module_path)
+        result.seconds = time.monotonic() - start
+        if result.timed_out or not result.ok and self._sandbox_failed(result):
+            result.key, result.log_path = key, None  # its folder is removed: errors carry the log
+            return result  # not a property of the sources: do not cache it
+        final_result = rehome(result, str(tmp), final)
+        final_result.key = key
+        (tmp / "result.json").write_text(json.dumps(asdict(final_result)))
+        final.parent.mkdir(parents=True, exist_ok=True)
+        try:
             os.rename(tmp, final)
-            return final_result
+        except OSError:  # ``final`` exists (ENOTEMPTY): another process built it, or a broken entry
+            existing = _read_entry(final, start)
+            if existing is not None:
+                return existing
+            shutil.rmtree(final, ignore_errors=True)
+            os.rename(tmp, final)
+        return final_result
+
+    def _sandbox_failed(self, result: BuildResult) -> bool:
+        """The build failed because of the sandbox, not the sources: the confined launcher could
+        not confine (``EXIT_UNCONFINED``) or run the compiler, or the log shows a refusal."""
+        if self.sandbox == "off" or not result.log_path:
+            return False
+        text = Path(result.log_path).read_text(errors="replace")
+        return any(line.startswith(LAUNCHER_PREFIX) and not line.startswith(LAUNCHER_PREFIX + "sandbox: ")
+                   or any(refusal in line for refusal in SANDBOX_REFUSALS) for line in text.splitlines())
 
     def load(self, spec: ExtensionSpec, on_result: Optional[Callable[[BuildResult], None]] = None
              ) -> types.ModuleType:

@@ -74,13 +74,14 @@ class _Listener:
 def attack_targets(root: Path) -> Iterator[dict]:
     """Targets outside a sandbox rooted at ``root/scratch``: a home file, a repository, a TCP
     listener on 127.0.0.1, a victim process. The home file is an existing one of the real home
-    when one is readable, else a temporary one created (and removed) there."""
+    when one is readable, else a temporary one created (and removed) there, else (no writable
+    home) one in ``root``, outside the sandbox's scratch, so the attack still reads a hidden file."""
     scratch, repo = root / "scratch", root / "repo"
     scratch.mkdir(parents=True, exist_ok=True)
     repo.mkdir(parents=True, exist_ok=True)
     (repo / "task.py").write_text("import torch\nclass Model(torch.nn.Module):\n    pass\n")
     home = Path.home()
-    home_file, created = _home_file(home)
+    home_file, created = _home_file(home, root)
     listener = _Listener()
     env = {**os.environ, "KEVIN_SANDBOX_CHECK_SECRET": "not-for-candidates"}
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env=env,
@@ -97,14 +98,19 @@ def attack_targets(root: Path) -> Iterator[dict]:
             home_file.unlink(missing_ok=True)
 
 
-def _home_file(home: Path) -> tuple[Path, bool]:
+def _home_file(home: Path, fallback_dir: Path) -> tuple[Path, bool]:
     for name in (".profile", ".bashrc", ".gitconfig", ".bash_history"):
         path = home / name
         if path.is_file() and os.access(path, os.R_OK):
             return path, False
-    path = home / f".kevin-sandbox-check-{os.getpid()}"
-    path.write_text("a secret the sandbox must hide\n")
-    return path, True
+    for folder in (home, fallback_dir):  # HOME=/nonexistent, a read-only home: the check's own folder
+        path = folder / f".kevin-sandbox-check-{os.getpid()}"
+        try:
+            path.write_text("a secret the sandbox must hide\n")
+        except OSError:
+            continue
+        return path, True
+    raise OSError(f"cannot write a secret file in {home} or {fallback_dir}")
 
 
 def run_check_child(policy: SandboxPolicy, targets: dict, mode: str, cwd: Path, timeout_s: float = 120.0,
@@ -112,8 +118,11 @@ def run_check_child(policy: SandboxPolicy, targets: dict, mode: str, cwd: Path, 
     """Run ``check_child`` confined by ``policy`` (``mode="off"``: unconfined); its parsed output."""
     command = [python or sys.executable, "-m", "kevin_agent.evaluate.sandbox.check_child", "--mode", mode,
                "--policy", policy.to_json(), "--targets", json.dumps(targets)]
-    proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout_s,
-                          stdin=subprocess.DEVNULL)
+    try:
+        proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return {"report": None, "error": f"the check child did not finish within {timeout_s:.0f} s", "results": {}}
     for line in proc.stdout.splitlines():
         if line.startswith(MARKER):
             return json.loads(line[len(MARKER):])
@@ -126,12 +135,18 @@ def check_sandbox(mode: str = "auto", timeout_s: float = 120.0) -> tuple[str, li
     root = Path(tempfile.mkdtemp(prefix="kevin-sandbox-check-"))
     try:
         with attack_targets(root) as targets:
-            policy = worker_policy(root / "scratch", gpu=bool(device_paths(gpu=True)[5:]))
+            gpu = len(device_paths(gpu=True)) > len(device_paths(gpu=False))  # any GPU device node
+            policy = worker_policy(root / "scratch", gpu=gpu)
             confined = run_check_child(policy, targets, mode, root / "scratch", timeout_s)
             control = run_check_child(policy, targets, "off", root / "scratch", timeout_s)
         report = confined.get("report")
         line = f"sandbox: {report['applied']}" if report else f"sandbox: none ({confined.get('error')})"
-        return line, compare(confined.get("results", {}), control.get("results", {}))
+        results = compare(confined.get("results", {}), control.get("results", {}))
+        for name, run in (("confined", confined), ("control", control)):
+            if not run.get("results") and run.get("error"):
+                results.append(CheckResult(f"{name}_child", f"run the {name} check child", ALLOWED, FAILED,
+                                           run["error"]))
+        return line, results
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -143,9 +158,11 @@ def compare(confined: dict, control: dict) -> list[CheckResult]:
         outcome = ALLOWED if got["ok"] else FAILED
         results.append(CheckResult(attack.name, attack.what, "allowed", outcome, got["error"]))
     for attack in ATTACKS:
-        got = confined.get(attack.name, {"ok": True, "error": "not run"})
+        got = confined.get(attack.name)
         base = control.get(attack.name, {"ok": False, "error": "not run"})
-        if got["ok"]:
+        if got is None:  # the confined child died or timed out first: nothing was shown blocked
+            outcome, detail = FAILED, "not run"
+        elif got["ok"]:
             outcome, detail = NOT_BLOCKED, "succeeded inside the sandbox"
         elif not base["ok"]:
             outcome, detail = NOT_APPLICABLE, f"fails without the sandbox too: {base['error']}"

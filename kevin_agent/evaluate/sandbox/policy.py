@@ -33,6 +33,10 @@ ETC_READ = (
 )
 BASIC_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 GPU_DEVICE_GLOBS = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/nvidia-caps-imex-channels")
+# The device nodes a GPU worker's start-up layer grants, os.pathsep-separated, set by its parent
+# (where /dev can be listed): under the start-up layer /dev is not readable, so the worker's
+# candidate layer cannot glob them itself.
+DEVICES_ENV = "KEVIN_SANDBOX_DEVICES"
 # Programs a start-up or compile step may run (ninja, g++, nvcc, ptxas, ldconfig, sh).
 SYSTEM_EXEC = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/opt/nvidia")
 
@@ -128,7 +132,7 @@ def cuda_homes() -> list[str]:
     candidates += sorted(glob.glob("/usr/local/cuda*"))
     homes = [c for c in candidates if c and (os.path.isfile(os.path.join(c, "bin", "nvcc"))
                                              or os.path.isfile(os.path.join(c, "include", "cuda.h")))]
-    return _existing(homes)
+    return [home for home in _existing(homes) if home != "/"]  # /bin/nvcc: never grant the whole disk
 
 
 TOOL_NAMES = ("cc", "gcc", "c++", "g++", "ninja", "nvcc", "ldconfig")
@@ -141,7 +145,7 @@ def toolchain_paths(protect: Sequence[str | os.PathLike[str]] = ()) -> list[str]
     binary's own folder."""
     guarded = protected_paths(protect)
     found = []
-    names = [*TOOL_NAMES, *(os.environ.get(v, "").split()[0] for v in ("CC", "CXX") if os.environ.get(v))]
+    names = [*TOOL_NAMES, *((os.environ.get("CC") or "").split()[:1]), *((os.environ.get("CXX") or "").split()[:1])]
     for name in names:
         path = shutil.which(name)
         if not path:
@@ -197,6 +201,7 @@ def library_paths() -> list[str]:
 
 
 def device_paths(gpu: bool = True) -> list[str]:
+    """The basic device nodes, and the GPU's (``/dev/nvidia*``, found by listing /dev) when ``gpu``."""
     found = list(BASIC_DEVICES)
     if gpu:
         for pattern in GPU_DEVICE_GLOBS:
@@ -218,7 +223,7 @@ DRIVER_SOCKET_FAMILIES = (1,)  # AF_UNIX
 
 def _policy(read: Sequence[str], write: Sequence[str], *, gpu: bool, protect: Sequence[str | os.PathLike[str]],
             processes: bool = False, executable: Sequence[str] = (), tmpdir: Optional[str] = None,
-            socket_families: Sequence[int] = ()) -> SandboxPolicy:
+            socket_families: Sequence[int] = (), devices: Optional[Sequence[str]] = None) -> SandboxPolicy:
     write_real = _existing(write)
     read_real = [p for p in _existing(read) if p not in write_real]
     executable_real = _existing(executable) if processes else []
@@ -229,7 +234,8 @@ def _policy(read: Sequence[str], write: Sequence[str], *, gpu: bool, protect: Se
         if holders:
             exposed.append(f"{secret} (inside {holders[0]})")
     return SandboxPolicy(
-        read_only=tuple(read_real), read_write=tuple(write_real), devices=tuple(device_paths(gpu)),
+        read_only=tuple(read_real), read_write=tuple(write_real),
+        devices=tuple(device_paths(gpu) if devices is None else [d for d in devices if os.path.exists(d)]),
         executable=tuple(executable_real), write_files=PROC_SELF_WRITE if gpu else (), network=False,
         socket_families=tuple(socket_families), processes=processes,
         tmpdir=_real(tmpdir) if tmpdir else (write_real[0] if write_real else None), exposed=tuple(exposed),
@@ -240,12 +246,16 @@ def _policy(read: Sequence[str], write: Sequence[str], *, gpu: bool, protect: Se
 
 def worker_policy(scratch_dir: str | os.PathLike[str], build_cache_entry_dirs: Sequence[str | os.PathLike[str]] = (),
                   extra_read: Sequence[str | os.PathLike[str]] = (), *, gpu: bool = True,
-                  protect: Sequence[str | os.PathLike[str]] = ()) -> SandboxPolicy:
+                  protect: Sequence[str | os.PathLike[str]] = (),
+                  devices: Optional[Sequence[str]] = None) -> SandboxPolicy:
     """Candidate code: read the system, the Python/torch/CUDA installs and this candidate's built
     extensions; read and write only ``scratch_dir`` (also TMPDIR); GPU device nodes when ``gpu``;
-    no sockets, no processes. ``protect``: the repository, the run store (the home is always)."""
+    no sockets, no processes. ``protect``: the repository, the run store (the home is always).
+    ``devices``: the device nodes to grant, when this process cannot list /dev (a worker under
+    its start-up layer: its parent's ``device_paths``); default ``device_paths(gpu)``."""
     read = system_read_paths([*build_cache_entry_dirs, *extra_read])
-    return _policy(read, [os.fspath(scratch_dir)], gpu=gpu, protect=protect, tmpdir=os.fspath(scratch_dir))
+    return _policy(read, [os.fspath(scratch_dir)], gpu=gpu, protect=protect, tmpdir=os.fspath(scratch_dir),
+                   devices=devices)
 
 
 def startup_policy(job_dir: str | os.PathLike[str], cache_root: str | os.PathLike[str] | None = None,

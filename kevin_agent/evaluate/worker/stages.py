@@ -6,6 +6,7 @@ Runs inside the isolated worker process only (it executes model-written code).
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -108,11 +109,24 @@ def confine_candidate(job: WorkerJob, cache_dir: Path) -> str:
         return "off"
     start = current_report()
     entries = list(job.build_entries) or [str(entry_dir(cache_dir, ""))]  # no list: every entry
-    report = confine(worker_policy(job.result_path.parent, entries, protect=job.protect), mode)  # type: ignore[arg-type]
+    policy = worker_policy(job.result_path.parent, entries, protect=job.protect, devices=granted_devices())
+    report = confine(policy, mode)  # type: ignore[arg-type]
     applied = report.applied
     if start is not None and start.applied != applied:
         applied += f" (start-up: {start.applied})"
     return applied
+
+
+def granted_devices() -> list[str] | None:
+    """The device nodes the parent listed for this worker (``DEVICES_ENV``): under the start-up
+    layer /dev cannot be listed, so ``/dev/nvidia*`` would find nothing here. None when unset
+    (an unconfined worker lists /dev itself)."""
+    from kevin_agent.evaluate.sandbox.policy import DEVICES_ENV
+
+    raw = os.environ.get(DEVICES_ENV)
+    if raw is None:
+        return None
+    return [path for path in raw.split(os.pathsep) if path.startswith("/dev/")]
 
 
 def _load_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, task: Any, init_inputs: Any) -> Any:

@@ -1,0 +1,107 @@
+"""``BuildCache.build`` never leaves its temporary build folder behind (timeout, exception, an
+entry another process renamed into place first), and does not cache a failure that came from the
+sandbox rather than the candidate's sources. No compiler needed: ``_build_into`` is a stand-in."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from kevin_agent.evaluate.build.cache import BuildCache, BuildResult, entry_dir, read_result
+
+KEY = "ab" * 32
+SPEC = object()  # the stand-ins below never look at it
+
+
+def stand_in_cache(tmp_path: Path, monkeypatch, build_into) -> BuildCache:
+    cache = BuildCache(tmp_path / "cache", arch="9.0")
+    monkeypatch.setattr(BuildCache, "key", lambda self, spec: KEY)
+    monkeypatch.setattr(BuildCache, "_build_into", lambda self, spec, key, tmp: build_into(tmp))
+    return cache
+
+
+def failed(tmp: Path, log: str, **extra) -> BuildResult:
+    (tmp / "build.log").write_text(log)
+    return BuildResult(ok=False, seconds=0.0, cache_hit=False, log_path=str(tmp / "build.log"),
+                       errors=log, path="split", module_path=None, **extra)
+
+
+def leftovers(cache: BuildCache) -> list[Path]:
+    return list((cache.root / "tmp").iterdir())
+
+
+def test_a_timed_out_build_leaves_no_folder_and_is_not_cached(tmp_path, monkeypatch):
+    cache = stand_in_cache(tmp_path, monkeypatch, lambda tmp: failed(tmp, "stopped", timed_out=True))
+    result = cache.build(SPEC)
+    assert result.timed_out and not result.ok and result.errors == "stopped"
+    assert leftovers(cache) == []
+    assert not entry_dir(cache.root, KEY).exists()
+
+
+def test_an_exception_during_the_build_leaves_no_folder(tmp_path, monkeypatch):
+    def explode(tmp: Path) -> BuildResult:
+        (tmp / "half-written.o").write_bytes(b"\0")
+        raise RuntimeError("boom")
+
+    cache = stand_in_cache(tmp_path, monkeypatch, explode)
+    with pytest.raises(RuntimeError, match="boom"):
+        cache.build(SPEC)
+    assert leftovers(cache) == []
+
+
+def test_an_entry_another_process_renamed_into_place_is_the_result(tmp_path, monkeypatch):
+    theirs = failed(tmp_path, "error: theirs")  # written into tmp_path/build.log: any path will do
+    theirs.key = KEY
+
+    def race(tmp: Path) -> BuildResult:
+        final = entry_dir(tmp_path / "cache", KEY)
+        final.mkdir(parents=True)
+        (final / "result.json").write_text(json.dumps(asdict(theirs)))  # it finished first
+        return failed(tmp, "error: ours")
+
+    cache = stand_in_cache(tmp_path, monkeypatch, race)
+    result = cache.build(SPEC)
+    assert result.errors == "error: theirs" and result.cache_hit
+    assert leftovers(cache) == []
+
+
+def test_a_broken_entry_in_the_way_is_replaced(tmp_path, monkeypatch):
+    def in_the_way(tmp: Path) -> BuildResult:
+        final = entry_dir(tmp_path / "cache", KEY)
+        final.mkdir(parents=True)
+        (final / "junk").write_text("no result.json")
+        return failed(tmp, "error: ours")
+
+    cache = stand_in_cache(tmp_path, monkeypatch, in_the_way)
+    result = cache.build(SPEC)
+    assert result.errors == "error: ours"
+    assert read_result(entry_dir(cache.root, KEY)).errors == "error: ours"
+    assert leftovers(cache) == []
+
+
+@pytest.mark.parametrize("log", [
+    "kevin-sandbox: sandbox required but landlock failed: Invalid argument\n",  # EXIT_UNCONFINED
+    "kevin-sandbox: cannot run ninja: No such file or directory\n",
+    "[1/3] g++ ...\ncc1plus: fatal error: /opt/gcc/include/stdio.h: Permission denied\n",
+])
+def test_a_failure_from_the_sandbox_is_not_cached_as_a_compile_error(tmp_path, monkeypatch, log):
+    cache = stand_in_cache(tmp_path, monkeypatch, lambda tmp: failed(tmp, log))
+    result = cache.build(SPEC)
+    assert not result.ok and result.errors == log
+    assert not entry_dir(cache.root, KEY).exists()
+    assert leftovers(cache) == []
+
+
+def test_a_compile_error_of_the_sources_is_cached(tmp_path, monkeypatch):
+    log = "kevin-sandbox: sandbox: landlock abi 7 + seccomp\nmain.cu(3): error: identifier \"x\" is undefined\n"
+    cache = stand_in_cache(tmp_path, monkeypatch, lambda tmp: failed(tmp, log))
+    result = cache.build(SPEC)
+    assert not result.ok
+    stored = read_result(entry_dir(cache.root, KEY))
+    assert stored is not None and stored.errors == log
+    assert Path(stored.log_path).is_file()
+    assert leftovers(cache) == []
+    assert cache.build(SPEC).cache_hit
