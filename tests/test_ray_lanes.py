@@ -154,6 +154,31 @@ def test_a_gpu_node_lets_the_candidate_read_its_own_node_side_build_entries(tmp_
         assert (Path(node_entry) / "result.json").is_file()
 
 
+def test_a_cancel_that_reaches_the_node_before_its_job_still_cancels_it(tmp_path, monkeypatch):
+    """A threaded actor may take ``cancel`` before ``run``: the job then starts cancelled."""
+    from kevin_agent.evaluate.protocol import WorkerJob
+
+    job = WorkerJob(TASK.source, candidate("early"), Path("unset"), EvalSettings(arch="9.0"))
+    node, _ = standin_node(tmp_path, monkeypatch)
+    seen = []
+
+    def run(job, cancel=None, **_):
+        from kevin_agent.data import Verdict
+        from kevin_agent.evaluate.isolation import WorkerResult
+
+        seen.append(cancel.is_set())
+        return WorkerResult(Verdict(Stage.LOAD, False, "cancelled"), 0, 0.0, 0, False, cancelled=cancel.is_set())
+
+    monkeypatch.setattr(node.lane.pool, "run", run)
+    try:
+        assert node.cancel("early-job") is False  # not known yet
+        assert node.run("early-job", job, None, 10.0, True).cancelled
+        assert node.run("other-job", job, None, 10.0, True).cancelled is False
+    finally:
+        node.close()
+    assert seen == [True, False]
+
+
 def unit_ray_evaluator(tmp_path: Path):
     """The Ray evaluator's own bookkeeping, without connecting to a cluster."""
     from kevin_agent.evaluate.evaluator import CudaEvaluator

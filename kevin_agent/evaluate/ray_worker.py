@@ -13,6 +13,7 @@ cache under the same key; nothing assumes a shared filesystem. This module is pl
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import importlib
@@ -264,6 +265,8 @@ class GpuNode:
         self.settings, self.arch, self.compiler = settings, arch, compiler
         self.cache_root = node_cache_root()
         self._jobs: dict[str, JobState] = {}
+        # cancels that arrived before their job's run (a threaded actor may take calls out of order)
+        self._early_cancels: collections.deque[str] = collections.deque(maxlen=256)
         self._lock = threading.Lock()
         self.problem: Optional[EnvironmentProblem] = None  # said by describe(): a failed __init__ only kills
         try:
@@ -294,6 +297,8 @@ class GpuNode:
         state = JobState()
         with self._lock:
             self._jobs[job_id] = state
+            if job_id in self._early_cancels:
+                state.cancel.set()  # cancelled before it began: the pool answers "cancelled" at once
         try:
             entries = unpack_entries(blob, self.cache_root) if blob else []
             if build_here and job.candidate_source:
@@ -340,10 +345,14 @@ class GpuNode:
         return {"known": True, "waiting": state.waiting, "running_s": running}
 
     def cancel(self, job_id: str) -> bool:
-        state = self._jobs.get(job_id)
-        if state is not None:
-            state.cancel.set()
-        return state is not None
+        """Cancel the job; one whose ``run`` has not begun yet is cancelled when it does."""
+        with self._lock:
+            state = self._jobs.get(job_id)
+            if state is None:
+                self._early_cancels.append(job_id)
+                return False
+        state.cancel.set()
+        return True
 
     def close(self) -> None:
         if self.problem is None:
