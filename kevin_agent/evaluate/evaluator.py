@@ -265,8 +265,7 @@ class CudaEvaluator(Evaluator):
         for (source, gpu), (first, used) in list(self._used.items()):
             if source != task.source:
                 continue
-            lane = next((one for one in (first, *self._lanes)
-                         if getattr(one, "up", True) and one.device.name == gpu), None)  # a remote lane may be down
+            lane = next((one for one in (first, *self._lanes) if one.up and one.device.name == gpu), None)
             if lane is None:
                 continue
             fresh = self._measure(lane, task, threading.Event(), None)

@@ -54,6 +54,7 @@ class Lane(ABC):
     """One GPU that runs worker jobs one at a time."""
 
     device: DeviceInfo
+    up: bool = True  # it can take jobs now (a remote lane is not while its node is lost)
 
     @property
     def name(self) -> str:

@@ -100,8 +100,7 @@ class Session:
             cancelled = self._play(point, cancel)
         except StepFailed as failed:
             self.failure = failed.error
-            self.store.set_status(self.run_id, "failed", str(failed.error))
-            self.events(RunFailed(self.run_id, str(failed.error)))
+            self._record_failure(str(failed.error))
             return self.store.load_run(self.run_id)
         except BaseException as err:  # never leave a dead run marked "running"
             self._mark_stopped(err)
@@ -121,11 +120,13 @@ class Session:
             if isinstance(err, KeyboardInterrupt):
                 self.store.set_status(self.run_id, "cancelled")
                 return
-            message = f"stopped by an unexpected error: {type(err).__name__}: {err}"
-            self.store.set_status(self.run_id, "failed", message)
-            self.events(RunFailed(self.run_id, message))
+            self._record_failure(f"stopped by an unexpected error: {type(err).__name__}: {err}")
         except Exception:  # the store or the sink is what broke: the caller still gets err
             pass
+
+    def _record_failure(self, message: str) -> None:
+        self.store.set_status(self.run_id, "failed", message)
+        self.events(RunFailed(self.run_id, message))
 
     def _baseline_drift(self) -> tuple[str, ...]:
         """The baselines measured again at the end, and how far they moved (kept with the run)."""
