@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("eval_cmd", "evaluate a candidate kernel against a task"),
     "prompt": ("prompt_cmd", "print the turn-0 prompt the model sees for a task"),
     "optimize": ("optimize_cmd", "write and refine a CUDA kernel for a module with the model"),
+    "bench": ("bench_cmd", "benchmark a model on KernelBench-format tasks (the Kevin/KernelBench table)"),
     "runs": ("runs_cmd", "list stored runs"),
     "show": ("show_cmd", "show a stored run or one of its candidates"),
     "export": ("export_cmd", "export a run, e.g. as RL training data"),

@@ -41,6 +41,14 @@ def _positive_int(text: str) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", nargs="?", metavar="FILE.py::Class",
                         help="the nn.Module to optimize (FILE.py alone when it holds one module)")
+    add_run_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    parser.add_argument("--resume", default=None, metavar="RUN",
+                        help="continue a stored run (RUN may be 'latest')")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The settings of a run (shape, backend, evaluation), shared with ``kevin bench``."""
     parser.add_argument("--trajectories", "-m", type=_positive_int, default=None,
                         help="parallel trajectories (default 4; Kevin's paper used 16)")
     parser.add_argument("--turns", "-n", type=_positive_int, default=None,
@@ -68,9 +76,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sampling temperature (default 0.9, as in Kevin's paper)")
     add_evaluation_arguments(parser)
     parser.add_argument("--gpu", default=None, metavar="NAME", help="GPU named in the prompt")
-    parser.add_argument("--json", action="store_true", help="print a machine-readable summary")
-    parser.add_argument("--resume", default=None, metavar="RUN",
-                        help="continue a stored run (RUN may be 'latest')")
 
 
 # flag attribute -> BackendSettings field
