@@ -43,8 +43,11 @@ def provenance_note(results: Sequence[TaskResult]) -> Optional[str]:
     """Where the numbers were measured, when they were replayed from a recording."""
     if not any(r.replayed for r in results):
         return None
-    gpus = sorted({r.gpu_name for r in results if r.gpu_name}) or ["an unnamed GPU"]
-    return f"replayed verdicts: measured on {', '.join(gpus)} elsewhere, not on this machine"
+    from kevin_agent.data import REPLAY_GPU_NAME
+
+    gpus = sorted({r.gpu_name for r in results if r.gpu_name and r.gpu_name != REPLAY_GPU_NAME})
+    where = f"measured on {', '.join(gpus)}" if gpus else "recorded with no GPU named"
+    return f"replayed verdicts: {where} elsewhere, not measured on this machine"
 
 
 def table(result: dict[str, Any]) -> Any:
@@ -107,7 +110,7 @@ def plots(result: dict[str, Any]) -> list[tuple[str, str]]:
                width=0.27, label=label)
     ax.set_xticks([i + 0.27 for i in range(len(names))], names)
     ax.set(ylabel="% of tasks", title="Per level", ylim=(0, 100))
-    ax.legend()
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, frameon=False)
     second = ("Per level", _png(fig))
     plt.close(fig)
     return [first, second]
@@ -135,7 +138,7 @@ def html_report(result: dict[str, Any]) -> str:
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>"
             "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
             "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,th:first-child"
-            "{text-align:left}.replayed{color:#a33;font-weight:bold}figure{display:inline-block}"
+            "{text-align:left;white-space:nowrap}.replayed{color:#a33;font-weight:bold}figure{display:inline-block}"
             f"</style></head><body><h1>{title}</h1>{note}<p>{html.escape(settings_line(result))}</p>"
             f"{summary}{figures}<h2>Tasks</h2>{tasks}</body></html>")
 
