@@ -169,3 +169,14 @@ def test_bad_input_is_one_line_and_exit_2(repo, args, expected):
     done = kevin(repo, *args)
     assert done.returncode == 2
     assert expected in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_gpu_session_replies_file_names_real_tasks_and_answers():
+    """bench/kernelbench_replies.jsonl (KernelBench's five examples, judged on the H200 by
+    scripts/gpu_session.sh) reads cleanly: five tasks, one answer each."""
+    from kevin_agent.benchmark.replies import by_task, read_replies
+
+    grouped = by_task(read_replies(Path(__file__).parents[1] / "bench" / "kernelbench_replies.jsonl"))
+    assert sorted(path.name for path in grouped) == [f"model_ex_{n}.py" for n in
+                                                     ("add", "flash_attn", "fuse_gelu", "mnist2", "tiled_matmul")]
+    assert all(len(texts) == 1 and "class ModelNew" in texts[0] for texts in grouped.values())
