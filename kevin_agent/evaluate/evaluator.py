@@ -105,7 +105,7 @@ class CudaEvaluator(Evaluator):
             self._compiles = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="kevin-compile")
             if self._compiler is None:  # compiles elsewhere need no local header
                 self._compiles.submit(self._cache.warm)  # the shared torch header, while candidates arrive
-            self._book = BaselineBook(self.cache_dir / "baselines")
+            self._book = BaselineBook(self.cache_dir / "baselines", fresh=self.settings.fresh_baselines)
             if not self.settings.compile_only:
                 self._start_lanes()
             return self._cache
@@ -214,7 +214,7 @@ class CudaEvaluator(Evaluator):
 
     def _run_item(self, lane: Lane, item: GpuItem) -> None:
         batch = item.batch
-        baseline = self._baseline(lane, batch)
+        baseline, cached = self._baseline(lane, batch)
         if baseline is None:
             return  # cancelled while measuring
         job = WorkerJob(batch.task.source, item.code, Path("unset"), self._job_settings(),
@@ -228,21 +228,25 @@ class CudaEvaluator(Evaluator):
             return
         if result.task_failure is not None:
             raise UserInputError(f"the reference task failed: {result.task_failure}")
+        result.verdict.details.baseline_cached = cached
+        result.verdict.details.baseline_seconds = None if cached else baseline.measured_seconds
         batch.settle(item.index, merge_build_details(result.verdict, item.build))
 
     def _job_settings(self) -> EvalSettings:
         # the worker keys its build cache exactly as the parent did: same arch, same root
         return dataclasses.replace(self.settings, arch=self._arch, cache_dir=self.cache_dir)
 
-    def _baseline(self, lane: Lane, batch: Batch) -> Optional[Baseline]:
-        """The task's baseline on this lane's GPU model: remembered, stored, or measured now."""
+    def _baseline(self, lane: Lane, batch: Batch) -> tuple[Optional[Baseline], bool]:
+        """The task's baseline on this lane's GPU model: remembered, stored, or measured now; and
+        whether it was reused (remembered or stored) rather than measured by this call."""
         task = batch.task
-        key = baseline_key(task.source, lane.device.name, lane.device.torch_version, self.settings)
-        baseline, _ = self._book.get_or_measure(key, lambda: self._measure(lane, task, batch.cancel,
-                                                                           batch.on_wait))
+        key = baseline_key(task.source, lane.device.name, lane.device.torch_version, self.settings,
+                           lane.device.cuda_version)
+        baseline, cached = self._book.get_or_measure(key, lambda: self._measure(lane, task, batch.cancel,
+                                                                                batch.on_wait))
         if baseline is not None:
             self._used.setdefault((task.source, lane.device.name), (lane, baseline))
-        return baseline
+        return baseline, cached
 
     def _measure(self, lane: Lane, task: Task, cancel: threading.Event,
                  on_wait: Optional[WaitCallback]) -> Optional[Baseline]:
@@ -271,7 +275,8 @@ class CudaEvaluator(Evaluator):
             fresh = self._measure(lane, task, threading.Event(), None)
             if fresh is not None:
                 drifts.append(drift(used, fresh))
-                key = baseline_key(task.source, gpu, lane.device.torch_version, self.settings)
+                key = baseline_key(task.source, gpu, lane.device.torch_version, self.settings,
+                                   lane.device.cuda_version)
                 self._book.put(key, fresh)
         return drifts
 

@@ -34,6 +34,7 @@ class DeviceInfo:
     index: int  # its index on its host
     host: str = ""
     torch_version: str = ""
+    cuda_version: str = ""  # the CUDA torch was built with (part of a baseline's key)
 
     @property
     def label(self) -> str:
@@ -157,5 +158,5 @@ def local_devices() -> list[DeviceInfo]:
         properties = torch.cuda.get_device_properties(index)
         uuid = getattr(properties, "uuid", None)
         devices.append(DeviceInfo(properties.name, f"GPU-{uuid}" if uuid is not None else f"{host}:{index}",
-                                  index, host, torch.__version__))
+                                  index, host, torch.__version__, torch.version.cuda or ""))
     return devices
