@@ -128,3 +128,27 @@ def test_an_evaluation_says_whether_it_measured_the_baselines_and_how_long_it_to
     fresh = _evaluate(tmp_path, EvalSettings(cache_dir=tmp_path / "cache", run_timeout_s=60, fresh_baselines=True),
                       ["code 2"])[0]
     assert fresh.details.baseline_cached is False
+
+
+def test_the_eval_bench_breakdown_accounts_for_the_wall():
+    """bench/eval_bench.py's breakdown on fixed numbers: busy time is the union of job intervals,
+    idle the rest of the wall, baseline and candidate jobs apart."""
+    from types import SimpleNamespace
+
+    import importlib
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    eval_bench: Any = importlib.import_module("eval_bench")
+
+    assert eval_bench.busy_seconds([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]) == 4.0
+    started = 100.0
+    workers = [SimpleNamespace(ended_at=112.0, seconds=4.0, baseline=object(), waited_s=0.5),  # 8..12
+               SimpleNamespace(ended_at=114.0, seconds=2.0, baseline=None, waited_s=0.0),  # 12..14
+               SimpleNamespace(ended_at=120.0, seconds=3.0, baseline=None, waited_s=0.25)]  # 17..20
+    part = eval_bench.breakdown(workers, [{"build_s": 5.0}, {"build_s": None}, {"build_s": 7.0}], started, 30.0)
+    assert part["first_gpu_job_s"] == 8.0
+    assert (part["gpu_busy_s"], part["gpu_idle_s"]) == (9.0, 21.0)
+    assert (part["baseline_jobs_s"], part["candidate_gpu_stages_s"]) == (4.0, 5.0)
+    assert (part["visible_worker_wait_s"], part["builds_summed_s"], part["builds"]) == (0.75, 12.0, 2)
+    lines = eval_bench.render_breakdown({"header_s": 35.0, "kevin": {"wall_s": 30.0, "breakdown": part}})
+    assert any("GPU idle" in line and "70.0%" in line for line in lines)
