@@ -152,7 +152,7 @@ def bench_evaluator(candidates: list[BenchCandidate], cache_dir: Path, arch: str
             errors.append(err)
 
     evaluator.check_environment()
-    started = time.perf_counter()
+    started, started_clock = time.perf_counter(), time.monotonic()
     try:
         threads = [threading.Thread(target=run_group, args=(t,)) for t in groups]
         for thread in threads:
@@ -167,6 +167,7 @@ def bench_evaluator(candidates: list[BenchCandidate], cache_dir: Path, arch: str
         raise errors[0]
     return {
         "wall_s": wall,
+        "breakdown": breakdown(workers, [rows[c.id] for c in candidates if c.id in rows], started_clock, wall),
         "candidates_per_minute": 60.0 * len(candidates) / wall,
         "worker_start_s": summary([w.startup_s for w in workers if w.startup_s is not None]),
         "visible_wait_s": summary([w.waited_s for w in workers]),
@@ -176,6 +177,53 @@ def bench_evaluator(candidates: list[BenchCandidate], cache_dir: Path, arch: str
         "gpu_name": evaluator.gpu_name,
         "verdicts": {c.id: rows[c.id] for c in candidates if c.id in rows},
     }
+
+
+def busy_seconds(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of ``(start, end)`` intervals."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def breakdown(workers: list[Any], rows: list[dict[str, Any]], started: float, wall: float) -> dict[str, Any]:
+    """Where the evaluation's wall time went: the GPU's busy and idle time (per lane, jobs on the
+    parent's clock), baseline jobs, candidate GPU stages, visible worker starts, and the builds'
+    summed seconds (they overlap each other and the GPU). ``first_gpu_job_s``: wall time before
+    the GPU had anything to do (the critical path through the first builds and worker start)."""
+    jobs = [(w.ended_at - w.seconds - started, w.ended_at - started, w.baseline is not None) for w in workers]
+    busy = busy_seconds([(a, b) for a, b, _ in jobs])
+    builds = [r["build_s"] for r in rows if r.get("build_s") is not None]
+    return {
+        "first_gpu_job_s": min((a for a, _, _ in jobs), default=None),
+        "gpu_busy_s": busy, "gpu_idle_s": max(0.0, wall - busy),
+        "baseline_jobs_s": sum(b - a for a, b, base in jobs if base),
+        "candidate_gpu_stages_s": sum(b - a for a, b, base in jobs if not base),
+        "visible_worker_wait_s": sum(w.waited_s for w in workers),
+        "builds_summed_s": sum(builds), "builds": len(builds),
+    }
+
+
+def render_breakdown(result: dict[str, Any]) -> list[str]:
+    """The breakdown as lines (empty when the result has none)."""
+    part = result.get("kevin", {}).get("breakdown")
+    if not part:
+        return []
+    wall = result["kevin"]["wall_s"]
+    share = lambda seconds: f"{seconds:7.1f} s  {100 * seconds / wall:5.1f}% of the wall" if wall else "-"  # noqa: E731
+    lines = ["", f"where the {wall:.1f} s went (one GPU lane unless said):",
+             f"  precompiled torch header, before the phase   {_f(result.get('header_s'))}",
+             f"  wall before the GPU's first job              {_f(part['first_gpu_job_s'])}",
+             f"  GPU busy                                     {share(part['gpu_busy_s'])}",
+             f"    baseline jobs (eager, torch.compile)       {share(part['baseline_jobs_s'])}",
+             f"    candidate GPU stages                       {share(part['candidate_gpu_stages_s'])}",
+             f"  GPU idle                                     {share(part['gpu_idle_s'])}",
+             f"  visible waits for a worker                   {_f(part['visible_worker_wait_s'])}",
+             f"  builds ({part['builds']}, summed; they overlap)             {_f(part['builds_summed_s'])}"]
+    return lines
 
 
 def _verdict_row(verdict: Any) -> dict[str, Any]:
@@ -255,13 +303,21 @@ def _baseline_one(cand: BenchCandidate, ext_dir: Path, seed: int = 42) -> dict[s
     return row
 
 
-def bench_baseline(candidates: list[BenchCandidate], work: Path) -> dict[str, Any]:
+def bench_baseline(candidates: list[BenchCandidate], work: Path, budget_s: float) -> dict[str, Any]:
+    """Stock load_inline, one candidate after another; no candidate starts once ``budget_s`` is
+    spent (one stock compile takes ~45 s on the H200 host and cannot be interrupted), so the phase
+    always ends and says how many it ran."""
     started = time.perf_counter()
-    rows = {c.id: _baseline_one(c, work) for c in candidates}
+    rows, skipped = {}, []
+    for cand in candidates:
+        if time.perf_counter() - started > budget_s:
+            skipped.append(cand.id)
+            continue
+        rows[cand.id] = _baseline_one(cand, work)
     wall = time.perf_counter() - started
     compiles = [r["compile_s"] for r in rows.values() if r["compile_s"] is not None]
-    return {"wall_s": wall, "candidates_per_minute": 60.0 * len(candidates) / wall,
-            "compile_s": summary(compiles), "rows": rows}
+    return {"wall_s": wall, "candidates_per_minute": 60.0 * len(rows) / wall if rows else 0.0,
+            "compile_s": summary(compiles), "rows": rows, "skipped": skipped, "budget_s": budget_s}
 
 
 # -- report --------------------------------------------------------------------------------------
@@ -294,6 +350,9 @@ def render(result: dict[str, Any]) -> str:
     row("full evaluation wall", _f(k["wall_s"], digits=1), _f(b["wall_s"] if b else None, digits=1))
     row("candidates fully evaluated per minute", f"{k['candidates_per_minute']:.2f}",
         f"{b['candidates_per_minute']:.2f}" if b else "-")
+    if b and b.get("skipped"):
+        row("stock baseline: candidates not run (budget)", "", str(len(b["skipped"])))
+    lines += render_breakdown(result)
     lines += ["", f"{'candidate':20} {'kevin verdict':26} {'speedup':>8} {'build s':>8} {'baseline':>22}"]
     for cid, v in k["verdicts"].items():
         base = (b or {}).get("rows", {}).get(cid)
@@ -315,6 +374,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     parser.add_argument("--baseline", type=int, default=None, metavar="N",
                         help="run the stock baseline on the first N candidates only (0: skip)")
+    parser.add_argument("--baseline-budget", type=float, default=150.0, metavar="S",
+                        help="start no stock-baseline candidate after this many seconds (default 150)")
     parser.add_argument("--no-torch-compile", action="store_true", help="do not time torch.compile in kevin's runs")
     parser.add_argument("--work", type=Path, help="scratch directory (default: a fresh temporary one)")
     parser.add_argument("--evaluation-only", action="store_true",
@@ -354,7 +415,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     limit = len(candidates) if args.baseline is None else args.baseline
     if limit > 0:
         print(f"bench: 4/4 stock load_inline baseline on {limit} candidates", file=sys.stderr)
-        result["baseline"] = bench_baseline(candidates[:limit], work / "torch-extensions")
+        result["baseline"] = bench_baseline(candidates[:limit], work / "torch-extensions", args.baseline_budget)
         save()
         print("\n" + render(result))
     return 0

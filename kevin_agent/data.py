@@ -190,6 +190,7 @@ class VerdictDetails:
     gpu_uuid: str | None = None  # the physical device it ran on
     lane: str | None = None  # which lane of the evaluator ran it, e.g. "cuda:0" or "ray:node-2/cuda:1"
     baseline_cached: bool | None = None  # eager / torch.compile timings reused, not re-measured
+    baseline_seconds: float | None = None  # how long measuring them took, when this evaluation did
     sandbox: str | None = None  # how the candidate was confined: "landlock abi 7 + seccomp", "none (why)"
     # provenance: a recorded verdict served again (evaluate/replay.py), never measured here
     replayed: bool = False

@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="CUDA architecture to build for, e.g. 9.0 (default: the device's, or "
                              "TORCH_CUDA_ARCH_LIST; needed to compile on a machine without a GPU)")
     parser.add_argument("--cache", default=None, metavar="DIR", help="build cache directory")
+    parser.add_argument("--fresh-baselines", action="store_true",
+                        help="time eager and torch.compile again instead of reusing the baselines stored "
+                             "for this task, GPU model and torch/CUDA version")
     parser.add_argument("--policy", choices=("strict", "partial"), default=None,
                         help="strict (only your own CUDA kernels; the default) or partial (library "
                              "and PyTorch kernels allowed beside your own)")
@@ -88,6 +91,7 @@ def _settings(args: argparse.Namespace, compile_only: bool):  # -> EvalSettings
         with_torch_compile=not args.no_torch_compile,
         arch=_arch(args.arch),
         cache_dir=Path(args.cache).expanduser() if args.cache else None,
+        fresh_baselines=args.fresh_baselines,
         **resolve_eval_settings({"policy": args.policy, "sandbox": args.sandbox}, os.environ, load_config(None)),
     )
 
@@ -126,10 +130,22 @@ def run(args: argparse.Namespace) -> int:
     finally:
         evaluator.close()
     _print(verdict, args.json)
+    note = baseline_note(verdict)
+    if note:
+        print(f"kevin eval: {note}", file=sys.stderr)
     if without_gpu and verdict.ok:
         print(f"kevin eval: {NEEDS_GPU}", file=sys.stderr)
         return 3
     return 0
+
+
+def baseline_note(verdict) -> str | None:  # verdict: data.Verdict
+    """How long this evaluation spent measuring the task's baselines, when it did."""
+    seconds = verdict.details.baseline_seconds
+    if seconds is None:
+        return None
+    return (f"measured this task's baselines (eager, torch.compile) on {verdict.details.gpu_name or 'the GPU'} "
+            f"in {seconds:.1f} s; later evaluations of this task reuse them (--fresh-baselines measures again)")
 
 
 def _print(verdict, as_json: bool) -> None:  # verdict: data.Verdict

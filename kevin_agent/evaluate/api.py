@@ -35,6 +35,7 @@ class EvalSettings:
     policy: str = "strict"  # "strict" (pure CUDA, Kevin's setting) | "partial" (KernelBench's rule)
     sandbox: str = "auto"  # "auto" (confine when the kernel can) | "required" | "off"
     cluster: Optional[str] = None  # None (this machine) | "auto" | "ray://HEAD:10001"
+    fresh_baselines: bool = False  # measure eager / torch.compile again instead of reusing stored ones
 
 
 class Evaluator(ABC):

@@ -2,18 +2,28 @@
 GPU model and settings, kept in memory for a run and on disk across runs.
 
 The key covers the task source (its shapes and dtypes come from its ``get_inputs``), the GPU
-model, the torch version and the settings that change a measurement. A stored baseline also
-records the input signature it was measured on, shown with the verdicts.
+model, the torch and CUDA versions and the settings that change a measurement (trials, warm-up,
+torch.compile, seed; the policy does not: the reference's launch count is always measured). A
+stored baseline also records the input signature it was measured on, shown with the verdicts.
+
+Processes share the folder: the first to need a key measures it under a lock file, the others
+wait on that lock and read its result, so six ``kevin eval`` at once measure a task once.
+``fresh=True`` (``kevin eval --fresh-baselines``) measures each key again once, then shares it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
 import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from kevin_agent.atomic import write_text_atomically
 from kevin_agent.evaluate.api import EvalSettings
@@ -22,11 +32,12 @@ from kevin_agent.evaluate.protocol import Baseline
 DRIFT_NOTE_PERCENT = 5.0  # a re-measured baseline this far off its first measurement is worth a note
 
 
-def baseline_key(task_source: str, gpu_name: str, torch_version: str, settings: EvalSettings) -> str:
+def baseline_key(task_source: str, gpu_name: str, torch_version: str, settings: EvalSettings,
+                 cuda_version: str = "") -> str:
     payload = {
-        "task": task_source, "gpu": gpu_name, "torch": torch_version, "trials": settings.timing_trials,
-        "warmup": settings.warmup_trials, "torch_compile": settings.with_torch_compile,
-        "seed": settings.seed, "recipe": "kevin-baseline-1",
+        "task": task_source, "gpu": gpu_name, "torch": torch_version, "cuda": cuda_version,
+        "trials": settings.timing_trials, "warmup": settings.warmup_trials,
+        "torch_compile": settings.with_torch_compile, "seed": settings.seed, "recipe": "kevin-baseline-2",
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
@@ -58,27 +69,50 @@ def drift(before: Baseline, after: Baseline) -> Drift:
 
 
 class BaselineBook:
-    """Baselines by key: memory first, then ``folder`` on disk; one measurement per key at a time."""
+    """Baselines by key: memory first, then ``folder`` on disk; one measurement per key at a time,
+    across threads and (through a lock file per key) across processes."""
 
-    def __init__(self, folder: Optional[Path]) -> None:
+    def __init__(self, folder: Optional[Path], fresh: bool = False) -> None:
         self.folder = folder
+        self.fresh = fresh  # ignore what is on disk until this book has measured the key itself
         self._known: dict[str, Baseline] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
     def get_or_measure(self, key: str, measure: Callable[[], Optional[Baseline]]) -> tuple[Optional[Baseline], bool]:
-        """(baseline, was it cached); ``measure`` runs at most once per key at a time."""
+        """(baseline, was it cached); ``measure`` runs at most once per key at a time. A measured
+        baseline records how long its measurement took (``measured_seconds``)."""
         with self._lock:
             key_lock = self._locks.setdefault(key, threading.Lock())
         with key_lock:
-            known = self._known.get(key) or self._read(key)
+            known = self._known.get(key)
             if known is not None:
-                self._known[key] = known
                 return known, True
-            measured = measure()
-            if measured is not None:
-                self.put(key, measured)
-            return measured, False
+            with self._process_lock(key):
+                known = None if self.fresh else self._read(key)
+                if known is not None:
+                    self._known[key] = known
+                    return known, True
+                started = time.monotonic()
+                measured = measure()
+                if measured is not None:
+                    measured.measured_seconds = round(time.monotonic() - started, 3)
+                    self.put(key, measured)
+                return measured, False
+
+    @contextmanager
+    def _process_lock(self, key: str) -> Iterator[None]:
+        """An exclusive flock on ``KEY.lock`` in the folder (none without a folder)."""
+        if self.folder is None:
+            yield
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.folder / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
 
     def put(self, key: str, baseline: Baseline) -> None:
         self._known[key] = baseline

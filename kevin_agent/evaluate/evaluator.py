@@ -25,7 +25,7 @@ from kevin_agent.evaluate.baselines import BaselineBook, Drift, baseline_key, dr
 from kevin_agent.evaluate.build.cache import BuildCache, default_cache_root, entry_dir
 from kevin_agent.evaluate.build.compile import CompileOutcome, compile_candidate
 from kevin_agent.evaluate.isolation import WorkerResult
-from kevin_agent.evaluate.lanes import DeviceInfo, Lane, LocalLane, local_devices, run_limit
+from kevin_agent.evaluate.lanes import DeviceInfo, GpuLane, LocalLane, local_devices, run_limit
 from kevin_agent.evaluate.protocol import Baseline, WorkerJob
 from kevin_agent.evaluate.scheduling import Batch, GpuItem, LaneQueue
 from kevin_agent.evaluate.verdicts import build_details, compile_verdict, merge_build_details, static_verdict
@@ -47,14 +47,14 @@ class CudaEvaluator(Evaluator):
 
     def __init__(self, settings: EvalSettings = EvalSettings(), *,
                  worker_command: Optional[Sequence[str]] = None, jobs: Optional[int] = None,
-                 devices: Optional[Sequence[DeviceInfo]] = None, lanes: Optional[Sequence[Lane]] = None,
+                 devices: Optional[Sequence[DeviceInfo]] = None, lanes: Optional[Sequence[GpuLane]] = None,
                  compiler: Optional[Compiler] = None, spares: int = 3) -> None:
         self.settings = settings
         self.worker_command = worker_command
         self.jobs = jobs or max(1, os.cpu_count() or 2)
         self.spares = spares
         self._devices = list(devices) if devices is not None else None
-        self._lanes: list[Lane] = list(lanes or [])
+        self._lanes: list[GpuLane] = list(lanes or [])
         self._compiler = compiler
         self._protect: tuple[str, ...] = ()
         self._cache: Optional[BuildCache] = None
@@ -64,7 +64,7 @@ class CudaEvaluator(Evaluator):
         self._queue = LaneQueue()
         self._threads: list[threading.Thread] = []
         self._book = BaselineBook(None)
-        self._used: dict[tuple[str, str], tuple[Lane, Baseline]] = {}  # (task, gpu) -> what was used
+        self._used: dict[tuple[str, str], tuple[GpuLane, Baseline]] = {}  # (task, gpu) -> what was used
         self.gpu_name: Optional[str] = None
         self.last_worker_results: deque[WorkerResult] = deque(maxlen=4096)  # the latest jobs (bench)
 
@@ -73,7 +73,7 @@ class CudaEvaluator(Evaluator):
         return Path(self.settings.cache_dir or default_cache_root()).expanduser()
 
     @property
-    def lanes(self) -> list[Lane]:
+    def lanes(self) -> list[GpuLane]:
         return list(self._lanes)
 
     def check_environment(self) -> None:
@@ -105,7 +105,7 @@ class CudaEvaluator(Evaluator):
             self._compiles = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="kevin-compile")
             if self._compiler is None:  # compiles elsewhere need no local header
                 self._compiles.submit(self._cache.warm)  # the shared torch header, while candidates arrive
-            self._book = BaselineBook(self.cache_dir / "baselines")
+            self._book = BaselineBook(self.cache_dir / "baselines", fresh=self.settings.fresh_baselines)
             if not self.settings.compile_only:
                 self._start_lanes()
             return self._cache
@@ -197,7 +197,7 @@ class CudaEvaluator(Evaluator):
 
     # -- the lanes ---------------------------------------------------------------------------------
 
-    def _serve(self, lane: Lane) -> None:
+    def _serve(self, lane: GpuLane) -> None:
         """A lane's thread: take compiled candidates until the evaluator closes."""
         while True:
             item = self._queue.get()
@@ -212,9 +212,9 @@ class CudaEvaluator(Evaluator):
             finally:
                 batch.count(on_gpu=-1)
 
-    def _run_item(self, lane: Lane, item: GpuItem) -> None:
+    def _run_item(self, lane: GpuLane, item: GpuItem) -> None:
         batch = item.batch
-        baseline = self._baseline(lane, batch)
+        baseline, cached = self._baseline(lane, batch)
         if baseline is None:
             return  # cancelled while measuring
         job = WorkerJob(batch.task.source, item.code, Path("unset"), self._job_settings(),
@@ -228,23 +228,27 @@ class CudaEvaluator(Evaluator):
             return
         if result.task_failure is not None:
             raise UserInputError(f"the reference task failed: {result.task_failure}")
+        result.verdict.details.baseline_cached = cached
+        result.verdict.details.baseline_seconds = None if cached else baseline.measured_seconds
         batch.settle(item.index, merge_build_details(result.verdict, item.build))
 
     def _job_settings(self) -> EvalSettings:
         # the worker keys its build cache exactly as the parent did: same arch, same root
         return dataclasses.replace(self.settings, arch=self._arch, cache_dir=self.cache_dir)
 
-    def _baseline(self, lane: Lane, batch: Batch) -> Optional[Baseline]:
-        """The task's baseline on this lane's GPU model: remembered, stored, or measured now."""
+    def _baseline(self, lane: GpuLane, batch: Batch) -> tuple[Optional[Baseline], bool]:
+        """The task's baseline on this lane's GPU model: remembered, stored, or measured now; and
+        whether it was reused (remembered or stored) rather than measured by this call."""
         task = batch.task
-        key = baseline_key(task.source, lane.device.name, lane.device.torch_version, self.settings)
-        baseline, _ = self._book.get_or_measure(key, lambda: self._measure(lane, task, batch.cancel,
-                                                                           batch.on_wait))
+        key = baseline_key(task.source, lane.device.name, lane.device.torch_version, self.settings,
+                           lane.device.cuda_version)
+        baseline, cached = self._book.get_or_measure(key, lambda: self._measure(lane, task, batch.cancel,
+                                                                                batch.on_wait))
         if baseline is not None:
             self._used.setdefault((task.source, lane.device.name), (lane, baseline))
-        return baseline
+        return baseline, cached
 
-    def _measure(self, lane: Lane, task: Task, cancel: threading.Event,
+    def _measure(self, lane: GpuLane, task: Task, cancel: threading.Event,
                  on_wait: Optional[WaitCallback]) -> Optional[Baseline]:
         job = WorkerJob(task.source, "", Path("unset"), self._job_settings(), cache_dir=self.cache_dir,
                         measure_baseline=True)
@@ -271,7 +275,8 @@ class CudaEvaluator(Evaluator):
             fresh = self._measure(lane, task, threading.Event(), None)
             if fresh is not None:
                 drifts.append(drift(used, fresh))
-                key = baseline_key(task.source, gpu, lane.device.torch_version, self.settings)
+                key = baseline_key(task.source, gpu, lane.device.torch_version, self.settings,
+                                   lane.device.cuda_version)
                 self._book.put(key, fresh)
         return drifts
 

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ContextManager, Mapping, Optional, Sequence
 
@@ -45,6 +45,7 @@ class WorkerResult:
     waited_s: float = 0.0  # how long the caller waited for a ready process (the visible start cost)
     task_failure: Optional[str] = None  # the reference task itself failed (WorkerReply.task_failure)
     baseline: Optional[Baseline] = None  # a baseline job's measurement
+    ended_at: float = field(default_factory=time.monotonic)  # the parent's clock when the job ended (bench)
 
 
 @dataclass

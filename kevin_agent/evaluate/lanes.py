@@ -2,7 +2,7 @@
 one at a time under the GPU's cross-process lease, each in a fresh, killable worker process.
 
 ``LocalLane`` is a GPU of this machine. A remote lane (``evaluate.ray_lanes.RayLane``) implements
-the same ``Lane`` interface, so the evaluator's scheduler spreads candidates over both alike.
+the same ``GpuLane`` interface, so the evaluator's scheduler spreads candidates over both alike.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ class DeviceInfo:
     index: int  # its index on its host
     host: str = ""
     torch_version: str = ""
+    cuda_version: str = ""  # the CUDA torch was built with (part of a baseline's key)
 
     @property
     def label(self) -> str:
@@ -50,7 +51,7 @@ def run_limit(settings: EvalSettings, baseline: Optional[Baseline]) -> float:
     return min(settings.run_timeout_s, budget)
 
 
-class Lane(ABC):
+class GpuLane(ABC):
     """One GPU that runs worker jobs one at a time."""
 
     device: DeviceInfo
@@ -74,7 +75,7 @@ class Lane(ABC):
         """Kill this lane's workers; nothing to close by default."""
 
 
-class LocalLane(Lane):
+class LocalLane(GpuLane):
     """A GPU of this machine: its own worker pool pinned to the device, and its lease."""
 
     def __init__(self, device: DeviceInfo, settings: EvalSettings, *,
@@ -157,5 +158,5 @@ def local_devices() -> list[DeviceInfo]:
         properties = torch.cuda.get_device_properties(index)
         uuid = getattr(properties, "uuid", None)
         devices.append(DeviceInfo(properties.name, f"GPU-{uuid}" if uuid is not None else f"{host}:{index}",
-                                  index, host, torch.__version__))
+                                  index, host, torch.__version__, torch.version.cuda or ""))
     return devices

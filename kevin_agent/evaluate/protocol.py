@@ -67,6 +67,7 @@ class Baseline:
     gpu_uuid: str = ""
     torch_version: str = ""
     cuda_version: str = ""
+    measured_seconds: Optional[float] = None  # how long measuring it took (parent's clock, job included)
 
     @property
     def faster_ms(self) -> float:

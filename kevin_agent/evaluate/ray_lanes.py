@@ -43,7 +43,7 @@ from kevin_agent.evaluate.api import EvalSettings, QueueCallback, VerdictCallbac
 from kevin_agent.evaluate.build.cache import BuildCache, BuildResult
 from kevin_agent.evaluate.build.compile import CompileOutcome
 from kevin_agent.evaluate.isolation import WorkerResult
-from kevin_agent.evaluate.lanes import DeviceInfo, Lane
+from kevin_agent.evaluate.lanes import DeviceInfo, GpuLane
 from kevin_agent.evaluate.processes import crash_verdict
 from kevin_agent.evaluate.protocol import WorkerJob
 from kevin_agent.evaluate.scheduling import GpuItem, LaneQueue
@@ -237,7 +237,7 @@ def timed_out_compile(limit_s: float, seconds: float) -> CompileOutcome:
 
 # -- GPU lanes -----------------------------------------------------------------------------------
 
-class RayLane(Lane):
+class RayLane(GpuLane):
     """One GPU of the cluster: a ``GpuNode`` actor; replaced (wherever Ray finds a GPU) when lost."""
 
     def __init__(self, number: int, evaluator: "RayMixin") -> None:
@@ -433,7 +433,7 @@ class RayMixin:
     worker_command: Optional[Sequence[str]]
     gpu_name: Optional[str]
     _arch: Optional[str]
-    _lanes: list[Lane]
+    _lanes: list[GpuLane]
     _queue: LaneQueue
     _compiles: Any
     _cache: Optional[BuildCache]
@@ -494,7 +494,7 @@ class RayMixin:
         capabilities = {lane.info.get("capability") for lane in self._lanes if isinstance(lane, RayLane)}
         return ";".join(sorted(c for c in capabilities if c)) or None
 
-    def _open_lanes(self) -> list[Lane]:
+    def _open_lanes(self) -> list[GpuLane]:
         """One lane per GPU of the cluster, their actors placed and their devices known."""
         gpus = int(self.resources.get("GPU", 0))
         if gpus < 1:
@@ -544,7 +544,7 @@ class RayMixin:
 
     # -- the lanes' threads --------------------------------------------------------------------
 
-    def _serve(self, lane: Lane) -> None:
+    def _serve(self, lane: GpuLane) -> None:
         """A lane's thread: take compiled candidates while its node is up; bring it back when lost."""
         if not isinstance(lane, RayLane):
             super()._serve(lane)

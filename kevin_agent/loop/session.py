@@ -33,7 +33,7 @@ from kevin_agent.events import (
     ignore_events,
 )
 from kevin_agent.run_record import RunRecord
-from kevin_agent.loop.trajectories import Lane, ResumePoint, beam_due, best_of, candidate_id, fork_beam
+from kevin_agent.loop.trajectories import Trajectory, ResumePoint, beam_due, best_of, candidate_id, fork_beam
 from kevin_agent.loop.trajectories import resume_point
 from kevin_agent.loop.runtime import (
     StepFailed,
@@ -145,7 +145,7 @@ class Session:
             self.store.set_status(self.run_id, "running")
             return self._resuming
         self.store.create_run(self.run_id, self.task, self.settings.to_dict())
-        lanes = [Lane(index=i) for i in range(self.settings.trajectories)]
+        lanes = [Trajectory(index=i) for i in range(self.settings.trajectories)]
         return ResumePoint(lanes=lanes, turn=0, partial={}, best=0.0)
 
     def _play(self, point: ResumePoint, cancel: threading.Event) -> bool:
@@ -166,21 +166,21 @@ class Session:
                 lanes = fork_beam(lanes, self.settings.beam_keep or 1)
         return False
 
-    def _target_reached(self, lanes: list[Lane]) -> bool:
+    def _target_reached(self, lanes: list[Trajectory]) -> bool:
         target = self.settings.target_speedup
         return target is not None and best_of(lanes) >= target
 
     def _play_turn(
         self,
         turn: int,
-        lanes: list[Lane],
+        lanes: list[Trajectory],
         partial: dict[int, tuple[Candidate, Optional[Verdict]]],
         cancel: threading.Event,
     ) -> bool:
         """One turn for every lane; False when cancelled (finished work is already stored)."""
         results: dict[int, tuple[Candidate, Verdict]] = {}
         to_evaluate: list[tuple[int, Candidate]] = []
-        to_generate: list[Lane] = []
+        to_generate: list[Trajectory] = []
         for lane in lanes:
             stored = partial.get(lane.index)
             if stored is None:
@@ -208,7 +208,7 @@ class Session:
         return True
 
     def _generate(
-        self, turn: int, lanes: list[Lane], cancel: threading.Event
+        self, turn: int, lanes: list[Trajectory], cancel: threading.Event
     ) -> Optional[list[tuple[int, Candidate, Optional[Verdict]]]]:
         """Ask the backend for one reply per lane; format errors get their verdict at once."""
         from kevin_agent.prompts import build_messages
@@ -306,7 +306,7 @@ class Session:
         backend = self.settings.backend
         return SamplingParams(temperature=backend.temperature, max_tokens=backend.max_tokens)
 
-    def _token_reporter(self, turn: int, lanes: list[Lane]) -> Callable[[int, int], None]:
+    def _token_reporter(self, turn: int, lanes: list[Trajectory]) -> Callable[[int, int], None]:
         counts: dict[int, int] = {}
         last = [0.0]
 

@@ -14,7 +14,7 @@ def candidate_id(trajectory: int, turn: int) -> str:
 
 
 @dataclass
-class Lane:
+class Trajectory:
     """One trajectory: the (candidate, verdict) history its next prompt is built from."""
 
     index: int
@@ -30,16 +30,16 @@ class Lane:
         return self.history[-1][0].id if self.history else None
 
 
-def best_of(lanes: list[Lane]) -> float:
+def best_of(lanes: list[Trajectory]) -> float:
     return max((lane.best_speedup for lane in lanes), default=0.0)
 
 
-def fork_beam(lanes: list[Lane], keep: int) -> list[Lane]:
+def fork_beam(lanes: list[Trajectory], keep: int) -> list[Trajectory]:
     """Keep the ``keep`` fastest trajectories (ties: lower index) and copy each len/keep times."""
     ranked = sorted(lanes, key=lambda lane: (-lane.best_speedup, lane.index))[:keep]
     copies = len(lanes) // keep
     return [
-        Lane(index=i, history=list(ranked[i // copies].history)) for i in range(len(lanes))
+        Trajectory(index=i, history=list(ranked[i // copies].history)) for i in range(len(lanes))
     ]
 
 
@@ -54,7 +54,7 @@ def beam_due(settings: Any, turn: int) -> bool:
 class ResumePoint:
     """Where a stored run continues: lanes after the finished turns, and the partial turn."""
 
-    lanes: list[Lane]
+    lanes: list[Trajectory]
     turn: int  # the first turn not finished by every trajectory (== turns when all done)
     partial: dict[int, tuple[Candidate, Optional[Verdict]]]  # lane index -> stored work of ``turn``
     best: float
@@ -63,7 +63,7 @@ class ResumePoint:
 def resume_point(record: RunRecord, settings: Any) -> ResumePoint:
     """Replay the stored turns: finished turns are kept, the first unfinished one is redone."""
     by_id = {c.id: (c, v) for c, v in record.candidates}
-    lanes = [Lane(index=i) for i in range(settings.trajectories)]
+    lanes = [Trajectory(index=i) for i in range(settings.trajectories)]
     for turn in range(settings.turns):
         entries = {i: by_id.get(candidate_id(i, turn)) for i in range(settings.trajectories)}
         finished = all(e is not None and e[1] is not None for e in entries.values())

@@ -1,0 +1,80 @@
+"""What one ``kevin eval`` costs a user, as separate processes sharing one build cache:
+
+  1. a new task (its baselines measured, the precompiled header built if this cache has none);
+  2. a new candidate for that task (a cold compile of its kernel; baselines reused from disk);
+  3. the same candidate again (a build-cache hit).
+
+Each is ``python -m kevin_agent eval TASK CANDIDATE --json`` timed from spawn to exit (the whole
+wall a user waits). Targets (issue 20, H200): (2) <= 15 s, (3) <= 3 s. Needs torch, nvcc, a GPU.
+
+    python bench/eval_cli_bench.py [--out FILE] [--cache DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "kernels"
+
+
+def variant(threads: int) -> str:
+    """The add fixture's candidate with another block size and its own extension name: a new build."""
+    code = (FIXTURES / "add_candidate.py").read_text()
+    code = code.replace("const int threads = 256;", f"const int threads = {threads};")
+    return re.sub(r'name="kevin_fixture_\w+"', f'name="kevin_cli_bench_{threads}"', code, count=1)
+
+
+def timed_eval(task: Path, candidate: Path, cache: Path) -> dict[str, Any]:
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "kevin_agent", "eval", f"{task}::Model", str(candidate),
+                           "--json", "--cache", str(cache)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=900, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    wall = time.perf_counter() - started
+    row: dict[str, Any] = {"wall_s": round(wall, 2), "exit": done.returncode}
+    try:
+        verdict = json.loads(done.stdout)
+        details = verdict["details"]
+        row.update(stage=verdict["stage"], ok=verdict["ok"], cache_hit=details.get("cache_hit"),
+                   build_s=details.get("build_seconds"), baseline_cached=details.get("baseline_cached"),
+                   baseline_s=details.get("baseline_seconds"))
+    except (ValueError, KeyError):
+        row["stderr_tail"] = done.stderr[-800:]
+    return row
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--cache", type=Path, help="build cache (default: a fresh temporary one)")
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="kevin-eval-cli-"))
+    cache = args.cache or work / "cache"
+    task = FIXTURES / "add_task.py"
+    first, second = work / "first.py", work / "second.py"
+    first.write_text(variant(128))
+    second.write_text(variant(512))
+    result: dict[str, Any] = {"cache": str(cache)}
+    for label, candidate in (("new_task", first), ("new_candidate", second), ("cache_hit", second)):
+        result[label] = timed_eval(task, candidate, cache)
+        print(f"eval cli bench: {label}: {result[label]}", file=sys.stderr, flush=True)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=2))
+    print(f"kevin eval walls: new task {result['new_task']['wall_s']} s, new candidate "
+          f"{result['new_candidate']['wall_s']} s (target <= 15), cache hit {result['cache_hit']['wall_s']} s "
+          "(target <= 3)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
