@@ -33,7 +33,8 @@ def _env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def sandbox_cache(tmp_path_factory, device_arch):
-    from kevin_agent.evaluate.build import BuildCache, compile_many
+    from kevin_agent.evaluate.build.cache import BuildCache
+    from kevin_agent.evaluate.build.compile import compile_many
 
     root = tmp_path_factory.mktemp("kevin-sandbox-cache")
     outcomes = compile_many([correct_candidate(n) for n in ("add", "matmul")], BuildCache(root, arch=device_arch))
@@ -76,7 +77,7 @@ def test_self_check_passes_on_the_gpu_host():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", ("add", "matmul"))
 def test_correct_kernel_passes_confined_with_unchanged_timing(pools, sandbox_cache, name):
     plain, boxed = pools
@@ -105,7 +106,7 @@ def _with_attack(source: str, code: str, where: str, targets: dict) -> str:
             "ModelNew.forward = _attacking_forward\n")
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("where", ("import", "forward"))
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_attack_in_a_cuda_candidate_is_stopped(pools, sandbox_cache, world, attack, where):
