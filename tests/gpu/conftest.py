@@ -12,7 +12,15 @@ import time
 from pathlib import Path
 
 import pytest
-from gpu_helpers import ADVERSARIAL_NAMES, CORRECT, adversarial_candidate, build_arch, correct_candidate, log_record, loop_variants
+from gpu_helpers import (
+    ADVERSARIAL_NAMES,
+    CORRECT,
+    adversarial_candidate,
+    build_arch,
+    correct_candidate,
+    log_record,
+    loop_variants,
+)
 
 DEFAULT_TIMEOUT_S = 240  # the slowest unmarked test (a worker job after a cold precompile) takes ~90 s
 
@@ -45,9 +53,9 @@ def gpu_cache_dir(tmp_path_factory: pytest.TempPathFactory, device_arch: str) ->
     codes += [variants["slow"], variants["wrong"]]
     started = time.monotonic()
     outcomes = compile_many(codes, cache)
-    log_record({"event": "precompile", "seconds": round(time.monotonic() - started, 2),
-                "builds": {n: [(r.seconds, r.cache_hit, r.path) for r in o.results] for n, o in zip(names, outcomes)}})
-    failed = {n: o.message[:2000] for n, o in zip(names, outcomes) if not o.ok}
+    builds = {n: [(r.seconds, r.cache_hit, r.path) for r in o.results] for n, o in zip(names, outcomes, strict=True)}
+    log_record({"event": "precompile", "seconds": round(time.monotonic() - started, 2), "builds": builds})
+    failed = {n: o.message[:2000] for n, o in zip(names, outcomes, strict=True) if not o.ok}
     assert not failed, failed
     return root
 

@@ -32,14 +32,10 @@ def _env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def sandbox_cache(tmp_path_factory, device_arch):
-    from kevin_agent.evaluate.build.cache import BuildCache
-    from kevin_agent.evaluate.build.compile import compile_many
-
-    root = tmp_path_factory.mktemp("kevin-sandbox-cache")
-    outcomes = compile_many([correct_candidate(n) for n in ("add", "matmul")], BuildCache(root, arch=device_arch))
-    assert all(o.ok for o in outcomes), [o.message[:1500] for o in outcomes if not o.ok]
-    return root
+def sandbox_cache(gpu_cache_dir):
+    """The session's build cache (conftest.py): add and matmul are built there, for the arch every
+    job carries, with the torch header the other GPU tests share."""
+    return gpu_cache_dir
 
 
 @pytest.fixture(scope="module")
