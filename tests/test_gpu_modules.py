@@ -35,7 +35,7 @@ def _strings(tree: ast.AST) -> list[str]:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in parts:
             found.append(node.value)
         elif isinstance(node, ast.JoinedStr):
-            found.append("".join(v.value if isinstance(v, ast.Constant) else "X" for v in node.values))
+            found.append("".join(str(v.value) if isinstance(v, ast.Constant) else "X" for v in node.values))
     return found
 
 
