@@ -176,6 +176,8 @@ def file_lines(name: str, data: Any, meta: dict[str, Any]) -> list[str]:
         title, body = "Evaluation bench (`bench/eval_bench.py`)", eval_bench_lines(data)
     elif isinstance(data, dict) and "median_split_cold_s" in data:
         title, body = "Compile bench (`bench/compile_bench.py`)", compile_bench_lines(data)
+    elif isinstance(data, dict) and "max_per_candidate_s" in data.get("summary", {}):
+        title, body = "Provenance bench (`bench/provenance_bench.py`)", provenance_bench_lines(data)
     elif isinstance(data, list) and data and isinstance(data[0], dict) and "kernel" in data[0]:
         title, body = "Drop-in bench (`bench/dropin_bench.py`)", dropin_lines(data)
     else:
