@@ -1,7 +1,9 @@
 """CPU checks that stop GPU-test rot (issue 17): every module under tests/gpu imports here, every
 ``kevin_agent`` name those modules import (at the top, inside fixtures and tests, and inside the
-code strings they hand to child processes) exists, every fixture their tests request is defined,
-and every GPU test runs under a bounded per-test timeout.
+code strings they hand to child processes) exists, and so does every one the fixture files import
+(scripts GPU tests launch, such as the stale sandbox stand-in worker that imported
+``kevin_agent.evaluate.gpu_stages`` long after it moved), every fixture their tests request is
+defined, and every GPU test runs under a bounded per-test timeout.
 
 A rename that never ran on a GPU (``from kevin_agent.evaluate.build import BuildCache`` after the
 class moved to ``build.cache``) fails here, on a machine without a GPU.
@@ -22,6 +24,7 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 GPU = TESTS / "gpu"
 GPU_MODULES = sorted(GPU.glob("*.py"))
+FIXTURE_FILES = sorted((TESTS / "fixtures").rglob("*.py"))
 # "from kevin_agent.x import a, b" inside a string of code (a child process's program)
 CODE_IMPORT = re.compile(r"^\s*from\s+(kevin_agent[\w.]*)\s+import\s+\(?([\w ,]+)\)?\s*$", re.MULTILINE)
 TIMEOUT_CAP_S = 400  # no single GPU test may eat most of a 9-minute session part (scripts/gpu_session.sh)
@@ -85,10 +88,18 @@ def test_the_resolver_catches_a_moved_name() -> None:
     good = "def cache():\n    from kevin_agent.evaluate.build.cache import BuildCache\n"
     assert kevin_imports(good) and unresolved(kevin_imports(good)) == []
     assert unresolved([("kevin_agent.evaluate.nonexistent", None, 3)])[0].startswith("line 3: import ")
+    stale_worker = "import kevin_agent.evaluate.gpu_stages as gpu_stages\n"  # the sandbox stand-in's
+    assert unresolved(kevin_imports(stale_worker))[0].startswith("line 1: import kevin_agent.evaluate.gpu_stages")
 
 
 @pytest.mark.parametrize("path", GPU_MODULES, ids=lambda p: p.name)
 def test_gpu_module_names_resolve(path: Path) -> None:
+    problems = unresolved(kevin_imports(path.read_text()))
+    assert not problems, f"{path.relative_to(TESTS.parent)}: " + "; ".join(problems)
+
+
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: str(p.relative_to(TESTS / "fixtures")))
+def test_fixture_file_names_resolve(path: Path) -> None:
     problems = unresolved(kevin_imports(path.read_text()))
     assert not problems, f"{path.relative_to(TESTS.parent)}: " + "; ".join(problems)
 
