@@ -17,9 +17,9 @@
 #   part 1: provenance ~4.5 min (precompile ~80 s + 44 jobs), guards ~15 s, accept ~80 s;
 #           eval_bench ~90 s; record_verdicts ~60 s (shares eval_bench's cache: its header is built)
 #           -> ~8.5 min
-#   part 2: session precompile ~55 s, worker ~3.5 min (13 jobs, 16 with guards took 274 s), lease
-#           ~40 s, loop ~50 s (110 s alone with a cold cache of its own), sandbox ~2.5 min (16
-#           tests); dropin ~30 s -> ~8.5 min
+#   part 2: session precompile ~50 s (12 candidates took 47-49 s), worker ~3.5 min (13 jobs; with
+#           guards, 16 tests took 274 s), lease ~40 s, loop ~45 s (44 s measured; 110 s alone
+#           with a cold cache of its own), sandbox ~2.5 min (16 tests); dropin ~30 s -> ~8.5 min
 # The tests run first (the suite is what must pass), then the benches in the time left. Every test
 # has a per-test timeout (tests/gpu/conftest.py), every phase a wall limit cut to the time left, so
 # a hang costs its own limit, never the part; a phase with < 20 s left is skipped and says so. If a
