@@ -1,6 +1,10 @@
 """The sandbox on a GPU host: the self-check passes with the GPU's device nodes in the policy,
 correct kernels pass in a confined worker with unchanged timing, and attacks inside real CUDA
-candidates (at import and inside forward) are stopped, the verdict naming the refusal."""
+candidates (at import and inside forward) are stopped, the verdict naming the refusal.
+
+The confined workers are started as a GPU lane starts them (``lanes.worker_confinement``: the
+start-up layer from the first instruction; the worker adds the candidate layer itself right before
+the candidate's first line); the plain ones run with ``sandbox="off"``."""
 
 from __future__ import annotations
 
@@ -8,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from gpu_helpers import REPO, correct_candidate, log_record, run_job, task_source
@@ -19,7 +22,6 @@ from kevin_agent.evaluate.sandbox.check import _Listener
 
 pytestmark = pytest.mark.gpu
 
-CONFINED_WORKER = REPO / "tests" / "fixtures" / "sandbox" / "confined_worker.py"
 TIMED = {"with_torch_compile": False, "timing_trials": 60, "warmup_trials": 5}
 ATTACKS = ("read_home", "write_repo", "list_repo", "tcp_connect", "spawn_shell", "raise_nofile")
 REFUSALS = ("PermissionError: [Errno 13]", "PermissionError: [Errno 1]", "not allowed to raise maximum limit")
@@ -32,13 +34,10 @@ def _env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def sandbox_cache(tmp_path_factory, device_arch):
-    from kevin_agent.evaluate.build import BuildCache, compile_many
-
-    root = tmp_path_factory.mktemp("kevin-sandbox-cache")
-    outcomes = compile_many([correct_candidate(n) for n in ("add", "matmul")], BuildCache(root, arch=device_arch))
-    assert all(o.ok for o in outcomes), [o.message[:1500] for o in outcomes if not o.ok]
-    return root
+def sandbox_cache(gpu_cache_dir):
+    """The session's build cache (conftest.py): add and matmul are built there, for the arch every
+    job carries, with the torch header the other GPU tests share."""
+    return gpu_cache_dir
 
 
 @pytest.fixture(scope="module")
@@ -58,13 +57,15 @@ def world(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def pools(sandbox_cache, world):
+def pools(sandbox_cache):
+    """(plain, confined): the confined pool is a GPU lane's (``LocalLane``) minus the lease."""
     from kevin_agent.evaluate.isolation import WorkerPool
+    from kevin_agent.evaluate.lanes import granted_devices_env, worker_confinement
 
-    extra = {"KEVIN_SANDBOX_CACHE": str(sandbox_cache), "KEVIN_SANDBOX_PROTECT": str(world["repo"]),
-             "CUDA_CACHE_PATH": str(sandbox_cache / "nv-compute-cache")}
+    extra = {"CUDA_CACHE_PATH": str(sandbox_cache / "cuda-jit"), **granted_devices_env()}
     with WorkerPool(run_timeout_s=300.0) as plain, \
-            WorkerPool([sys.executable, str(CONFINED_WORKER)], run_timeout_s=300.0, extra_env=extra) as boxed:
+            WorkerPool(run_timeout_s=300.0, extra_env=extra, confine=worker_confinement("required", sandbox_cache)) \
+            as boxed:
         yield plain, boxed
 
 
@@ -76,20 +77,23 @@ def test_self_check_passes_on_the_gpu_host():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", ("add", "matmul"))
 def test_correct_kernel_passes_confined_with_unchanged_timing(pools, sandbox_cache, name):
     plain, boxed = pools
     medians = {}
     for label, pool in (("plain", plain), ("confined", boxed), ("plain2", plain), ("confined2", boxed)):
+        mode = "required" if label.startswith("confined") else "off"
         result = run_job(pool, sandbox_cache, task_source(name), correct_candidate(name), f"sandbox/{label}/{name}",
-                         **TIMED)
+                         sandbox=mode, **TIMED)
         verdict = result.verdict
         assert (verdict.stage, verdict.ok) == (Stage.TIMING, True), (label, verdict.message, result.stderr_tail)
         medians[label] = verdict.details.kernel.median_ms
-        if label.startswith("confined"):
-            assert "sandbox: landlock abi" in result.stderr_tail and "all_threads=True" in result.stderr_tail, \
-                result.stderr_tail
+        if mode == "required":  # both layers: the candidate's, on top of the start-up one
+            assert verdict.details.sandbox.startswith("landlock abi"), verdict.details.sandbox
+            assert "(start-up: landlock abi" in verdict.details.sandbox, verdict.details.sandbox
+        else:
+            assert verdict.details.sandbox == "off", verdict.details.sandbox
     plain_ms = min(medians["plain"], medians["plain2"])
     boxed_ms = min(medians["confined"], medians["confined2"])
     log_record({"event": "sandbox-timing", "name": name, "medians_ms": medians, "ratio": boxed_ms / plain_ms})
@@ -105,7 +109,7 @@ def _with_attack(source: str, code: str, where: str, targets: dict) -> str:
             "ModelNew.forward = _attacking_forward\n")
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("where", ("import", "forward"))
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_attack_in_a_cuda_candidate_is_stopped(pools, sandbox_cache, world, attack, where):
@@ -113,7 +117,7 @@ def test_attack_in_a_cuda_candidate_is_stopped(pools, sandbox_cache, world, atta
     before = world["listener"].accepted
     source = _with_attack(correct_candidate("add"), by_name(attack).code, where, world["targets"])
     result = run_job(boxed, sandbox_cache, task_source("add"), source, f"sandbox/attack/{attack}/{where}",
-                     with_torch_compile=False, timing_trials=5, warmup_trials=1)
+                     sandbox="required", with_torch_compile=False, timing_trials=5, warmup_trials=1)
     verdict = result.verdict
     assert not verdict.ok and verdict.stage == Stage.LOAD, (verdict.stage, verdict.message, result.stderr_tail)
     assert any(r in verdict.message for r in REFUSALS), verdict.message
