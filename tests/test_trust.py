@@ -8,15 +8,16 @@ import json
 from pathlib import Path
 
 import git
-import pytest
-
 import loop_fixtures
+import pytest
 from accept_support import MODULE, fixture_candidate, good_verdict, make_record, make_repo
+from trust_fixtures import REASONS, TRUST_VERDICTS, flagged
+
 from kevin_agent import cli, feedback
 from kevin_agent.data import Candidate, Verdict, VerdictDetails
-from kevin_agent.events import VerdictReady
 from kevin_agent.evaluate.worker.speed_of_light import timing_flags
 from kevin_agent.evaluate.worker.stages import _passed_message, settle_flags
+from kevin_agent.events import VerdictReady
 from kevin_agent.export import rl_samples, score
 from kevin_agent.loop.trajectories import Lane, best_of, fork_beam
 from kevin_agent.progress import verdict_line
@@ -24,7 +25,6 @@ from kevin_agent.report import report_data
 from kevin_agent.run_table import conclude
 from kevin_agent.runs.state import RunView
 from kevin_agent.store import RunStore
-from trust_fixtures import FLAGGED_SPEEDUP, REASONS, TRUST_VERDICTS, flagged
 
 FLAGS = sorted(REASONS)
 KINDS = [(name, old) for name in FLAGS for old in (False, True)]
@@ -159,12 +159,13 @@ def test_loop_best_beam_and_early_stop_ignore_untrusted_speedups():
 
 
 def test_a_session_does_not_stop_early_on_an_untrusted_speedup(tmp_path):
+    from trust_fixtures import write_trust_replay
+
     from kevin_agent.backends.scripted import ScriptedBackend
     from kevin_agent.config import BackendSettings
     from kevin_agent.evaluate.replay import ReplayEvaluator
     from kevin_agent.loop.session import RunSettings, Session
     from kevin_agent.task import load_task
-    from trust_fixtures import write_trust_replay
 
     script = loop_fixtures.write_script(tmp_path / "script.json", {
         (0, 0): "flag-beyond_speed_of_light", (1, 0): "slow", (0, 1): "slow", (1, 1): "quick"})
@@ -176,7 +177,8 @@ def test_a_session_does_not_stop_early_on_an_untrusted_speedup(tmp_path):
                      RunStore(tmp_path / "runs.sqlite")).run()
     assert [c.id for c, _ in record.candidates] == ["t0.0", "t1.0", "t0.1", "t1.1"]  # no early stop at 5x
     assert record.parents["t0.1"] == "t1.0"  # the beam kept the honest 0.8x, not the flagged 5x
-    assert record.best()[0].id == "t1.1"
+    best = record.best()
+    assert best is not None and best[0].id == "t1.1"
     turn1 = [m.content for m in backend.requests[1][0] if m.role == "user"][-1]
     assert "earned nothing" not in turn1  # trajectory 0 now continues trajectory 1's history
 
@@ -217,7 +219,7 @@ def test_accept_force_commits_with_a_warning_in_the_message(flagged_repo, capsys
     assert cli.main(["accept", "latest", "t1.3", "--commit", "--force"]) == 0
     out = capsys.readouterr().out
     assert "note: not trusted: faster than the GPU's speed of light" in out
-    message = git.Repo(flagged_repo.working_tree_dir).head.commit.message
+    message = str(git.Repo(flagged_repo.working_tree_dir).head.commit.message)
     subject = message.splitlines()[0]
     assert subject.startswith("kevin: CUDA kernel for FusedBlock (not trusted: faster than speed of light")
     assert "1.84x" not in subject  # numbers the evaluator does not believe are not headlined

@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from loop_fixtures import VERDICTS, timed
+
 from kevin_agent import feedback
 from kevin_agent.data import Verdict
-from loop_fixtures import VERDICTS, timed
 
 # flag name -> the reason the worker writes for it (each check's own wording)
 REASONS = {

@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 import pytest
-from lsprotocol import types
-
-from lsp_support import execute, logs, open_doc, scripted, server_env, wait_until
 from loop_fixtures import write_script
+from lsp_support import execute, logs, open_doc, scripted, server_env, wait_until
+from lsprotocol import types
 from trust_fixtures import write_trust_replay
 
 pytestmark = pytest.mark.timeout(90)
