@@ -274,3 +274,13 @@ def test_the_run_summary_json_says_which_rows_are_untrusted(tmp_path, trust_verd
     assert rows["t0.1"]["untrusted"] == "not trusted: work escaped the timed stream" and rows["t0.1"]["suspicious"]
     assert rows["t0.1"]["speedup_vs_eager"] is None and rows["t0.0"]["untrusted"] == ""
     assert "not trusted" not in conclude(record).text  # a trusted best exists: the table says it
+
+
+def test_the_html_report_labels_untrusted_rows_and_says_why_there_is_no_best(tmp_path, trust_verdicts):
+    from kevin_agent.report import render_html
+
+    record = loop_fixtures.stored_run(tmp_path, {0: ["wrong", "flag-beyond_speed_of_light", "broken"]}).load_run("run-1")
+    page = render_html(record, b"")
+    assert "<td>not trusted: faster than speed of light</td>" in page
+    assert ("No correct kernel was found; keep the PyTorch module. 1 kernel matched the reference but was "
+            "not trusted: faster than speed of light; not counted.") in page
