@@ -279,7 +279,8 @@ def test_the_run_summary_json_says_which_rows_are_untrusted(tmp_path, trust_verd
 def test_the_html_report_labels_untrusted_rows_and_says_why_there_is_no_best(tmp_path, trust_verdicts):
     from kevin_agent.report import render_html
 
-    record = loop_fixtures.stored_run(tmp_path, {0: ["wrong", "flag-beyond_speed_of_light", "broken"]}).load_run("run-1")
+    plan = {0: ["wrong", "flag-beyond_speed_of_light", "broken"]}
+    record = loop_fixtures.stored_run(tmp_path, plan).load_run("run-1")
     page = render_html(record, b"")
     assert "<td>not trusted: faster than speed of light</td>" in page
     assert ("No correct kernel was found; keep the PyTorch module. 1 kernel matched the reference but was "
