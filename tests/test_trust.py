@@ -285,3 +285,16 @@ def test_the_html_report_labels_untrusted_rows_and_says_why_there_is_no_best(tmp
     assert "<td>not trusted: faster than speed of light</td>" in page
     assert ("No correct kernel was found; keep the PyTorch module. 1 kernel matched the reference but was "
             "not trusted: faster than speed of light; not counted.") in page
+
+
+def test_flags_cross_the_worker_boundary_by_name(tmp_path):
+    from kevin_agent.evaluate.protocol import WorkerReply
+
+    verdict = Verdict.from_dict(flagged("escaped_stream"))
+    path = tmp_path / "reply.json"
+    path.write_text(WorkerReply(verdict=verdict).to_json())
+    reply = WorkerReply.read(path)
+    assert reply is not None and reply.verdict is not None
+    assert [(f.name, f.reason) for f in reply.verdict.details.trust_flags] == [
+        ("escaped_stream", REASONS["escaped_stream"])]
+    assert not reply.verdict.correct
