@@ -218,7 +218,7 @@ class VerdictDetails:
     sol_fraction: float | None = None
     suspicious: bool = False  # not trusted (kept with the reasons for older readers; see ``trust_flags``)
     suspicious_reasons: list[str] = field(default_factory=list)
-    trust_flags: list[TrustFlag] = field(default_factory=list)  # the trust checks that fired (``flag``)
+    trust_flags: list[TrustFlag] = field(default_factory=list)  # the trust checks that fired (``flag_untrusted``)
     # build
     build_seconds: float | None = None
     cache_hit: bool | None = None
@@ -255,12 +255,6 @@ class VerdictDetails:
                                  for f in values.get("trust_flags") or [] if isinstance(f, dict)]
         return cls(**values)
 
-    def flag(self, name: str, reason: str) -> None:
-        """Record that the trust check ``name`` fired: the verdict earns nothing and is never a best."""
-        self.trust_flags = [*self.trust_flags, TrustFlag(name, reason)]
-        self.suspicious_reasons = [*self.suspicious_reasons, reason]
-        self.suspicious = True
-
     def all_trust_flags(self) -> list[TrustFlag]:
         """Every reason not to trust the result: the recorded flags, then reasons recorded without
         a flag (older verdicts) named by their wording; "flagged" alone still counts."""
@@ -270,6 +264,14 @@ class VerdictDetails:
         if self.suspicious and not flags:
             flags.append(TrustFlag(UNCLASSIFIED, "flagged as untrusted, no reason recorded"))
         return flags
+
+
+def flag_untrusted(details: VerdictDetails, name: str, reason: str) -> None:
+    """Record that the trust check ``name`` fired: the verdict earns nothing and is never a best.
+    A module function, not a method: the worker's guards watch module functions for patches."""
+    details.trust_flags = [*details.trust_flags, TrustFlag(name, reason)]
+    details.suspicious_reasons = [*details.suspicious_reasons, reason]
+    details.suspicious = True
 
 
 @dataclass

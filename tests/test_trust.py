@@ -14,7 +14,7 @@ from accept_support import MODULE, fixture_candidate, good_verdict, make_record,
 from trust_fixtures import REASONS, TRUST_VERDICTS, flagged
 
 from kevin_agent import cli, feedback
-from kevin_agent.data import Candidate, Verdict, VerdictDetails
+from kevin_agent.data import Candidate, Verdict, VerdictDetails, flag_untrusted
 from kevin_agent.evaluate.worker.speed_of_light import timing_flags
 from kevin_agent.evaluate.worker.stages import _passed_message, settle_flags
 from kevin_agent.events import VerdictReady
@@ -82,7 +82,7 @@ def test_the_provenance_reason_gets_its_flag_once_and_the_feedback_says_it_earne
     settle_flags(d)
     settle_flags(d)
     assert [f.name for f in d.trust_flags] == ["provenance_unchecked"] and len(d.suspicious_reasons) == 1
-    d.flag("escaped_stream", REASONS["escaped_stream"])
+    flag_untrusted(d, "escaped_stream", REASONS["escaped_stream"])
     message = _passed_message(d, feedback.correct(5.0))
     assert message.startswith("Your answer was not trusted, so it counts as incorrect and earned nothing: "
                               "provenance not checked: no kernels could be listed")
@@ -190,7 +190,7 @@ def test_a_session_does_not_stop_early_on_an_untrusted_speedup(tmp_path):
 def flagged_repo(tmp_path, monkeypatch):
     repo = make_repo(tmp_path)
     verdict = good_verdict()
-    verdict.details.flag("beyond_speed_of_light", REASONS["beyond_speed_of_light"])
+    flag_untrusted(verdict.details, "beyond_speed_of_light", REASONS["beyond_speed_of_light"])
     record = make_record(tmp_path / MODULE, fixture_candidate("gelu"), verdict)
     store = RunStore.for_path(tmp_path)
     store.create_run(record.run_id, record.task, record.settings)
@@ -298,3 +298,19 @@ def test_flags_cross_the_worker_boundary_by_name(tmp_path):
     assert [(f.name, f.reason) for f in reply.verdict.details.trust_flags] == [
         ("escaped_stream", REASONS["escaped_stream"])]
     assert not reply.verdict.correct
+
+
+def test_a_candidate_that_disarms_the_trust_checks_is_caught_as_a_patch(monkeypatch):
+    """An attacker's move: make the worker's flagging (or the timing checks) do nothing. Both are
+    module functions the guards captured at worker start, so the replacement is named."""
+    from kevin_agent import data
+    from kevin_agent.evaluate.worker import guards, speed_of_light, stages
+
+    captured = guards.capture_references()
+    monkeypatch.setattr(stages, "flag_untrusted", lambda *args: None)
+    monkeypatch.setattr(data, "flag_untrusted", lambda *args: None)
+    monkeypatch.setattr(speed_of_light, "timing_flags", lambda *args: [])
+    monkeypatch.setattr(stages, "timing_flags", lambda *args: [])
+    assert sorted(guards.find_patched(captured)) == [
+        "kevin_agent.data.flag_untrusted", "kevin_agent.evaluate.worker.speed_of_light.timing_flags",
+        "kevin_agent.evaluate.worker.stages.flag_untrusted", "kevin_agent.evaluate.worker.stages.timing_flags"]

@@ -10,7 +10,7 @@ from typing import Any
 from loop_fixtures import VERDICTS, timed
 
 from kevin_agent import feedback
-from kevin_agent.data import Verdict
+from kevin_agent.data import Verdict, flag_untrusted
 
 # flag name -> the reason the worker writes for it (each check's own wording)
 REASONS = {
@@ -33,7 +33,7 @@ def flagged(name: str, old_style: bool = False, speedup: float = FLAGGED_SPEEDUP
         verdict.details.suspicious = True
         verdict.details.suspicious_reasons = [REASONS[name]]
     else:
-        verdict.details.flag(name, REASONS[name])
+        flag_untrusted(verdict.details, name, REASONS[name])
     verdict.message = feedback.untrusted([REASONS[name]])
     raw = verdict.to_dict()
     if old_style:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kevin_agent import feedback
-from kevin_agent.data import Stage, Verdict, VerdictDetails
+from kevin_agent.data import Stage, Verdict, VerdictDetails, flag_untrusted
 from kevin_agent.evaluate.protocol import Baseline, WorkerJob, WorkerReply
 from kevin_agent.evaluate.worker.baseline import measure_baseline
 from kevin_agent.evaluate.worker.context import Context, TaskProblem, environment_details, load_reference
@@ -217,7 +217,7 @@ def _timing(ctx: Context, task: Any, candidate: Any, baseline: Baseline, peaks: 
             d.speedup_vs_compile = d.compiled.median_ms / d.kernel.median_ms
     _speed_of_light(ctx, baseline, peaks)
     for name, reason in timing_flags(d.sol_fraction, d.speedup_vs_eager, escape, d.kernel.median_ms, d.sol_ms):
-        d.flag(name, reason)
+        flag_untrusted(d, name, reason)
     message = _passed_message(d, feedback.correct(d.speedup_vs_eager or 0.0))
     return Verdict(Stage.TIMING, True, _with_profile(message, ctx), d)
 
