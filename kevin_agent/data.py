@@ -15,6 +15,27 @@ from typing import Any
 
 REPLAY_GPU_NAME = "replay"  # the gpu_name of recorded verdicts: never a measurement on this machine
 
+# Why the evaluator does not trust a result: stable names (exports, tools) -> a short label for people.
+ESCAPED_STREAM = "escaped_stream"  # work ran where the timed stream does not wait for it
+BEYOND_SPEED_OF_LIGHT = "beyond_speed_of_light"  # faster than the GPU's peak rates allow
+IMPLAUSIBLE_SPEEDUP = "implausible_speedup"  # over 10x PyTorch eager
+PROVENANCE_UNCHECKED = "provenance_unchecked"  # what ran on the GPU could not be attributed
+UNCLASSIFIED = "unclassified"  # an older verdict's flag whose reason names none of the above
+TRUST_FLAGS: dict[str, str] = {
+    ESCAPED_STREAM: "work escaped the timed stream",
+    BEYOND_SPEED_OF_LIGHT: "faster than speed of light",
+    IMPLAUSIBLE_SPEEDUP: "implausible speedup",
+    PROVENANCE_UNCHECKED: "provenance not checked",
+    UNCLASSIFIED: "flagged",
+}
+# Older verdicts recorded only reasons: the wording each check used, to name its flag again.
+_REASON_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("work escapes the timed stream", ESCAPED_STREAM),
+    ("faster than the gpu's speed of light", BEYOND_SPEED_OF_LIGHT),
+    ("faster than the speed of light", BEYOND_SPEED_OF_LIGHT),
+    ("provenance not checked", PROVENANCE_UNCHECKED),
+)
+
 
 @dataclass(frozen=True)
 class Message:
@@ -132,6 +153,30 @@ class TimingStats:
         return low, high
 
 
+@dataclass(frozen=True)
+class TrustFlag:
+    """One trust check that fired: its stable ``name`` (a ``TRUST_FLAGS`` key) and why, for people."""
+
+    name: str
+    reason: str
+
+    @property
+    def label(self) -> str:
+        """The short label every face shows ("faster than speed of light")."""
+        return TRUST_FLAGS.get(self.name, self.name.replace("_", " "))
+
+
+def classify_reason(reason: str) -> str:
+    """The flag name of a reason recorded without one (older verdicts); ``UNCLASSIFIED`` if unknown."""
+    text = reason.strip().lower()
+    for prefix, name in _REASON_PREFIXES:
+        if text.startswith(prefix):
+            return name
+    if "faster than pytorch eager" in text:
+        return IMPLAUSIBLE_SPEEDUP
+    return UNCLASSIFIED
+
+
 @dataclass
 class VerdictDetails:
     """Numbers and evidence for the user. Every field is optional."""
@@ -171,8 +216,9 @@ class VerdictDetails:
     bytes_moved: float | None = None
     sol_ms: float | None = None
     sol_fraction: float | None = None
-    suspicious: bool = False
+    suspicious: bool = False  # not trusted (kept with the reasons for older readers; see ``trust_flags``)
     suspicious_reasons: list[str] = field(default_factory=list)
+    trust_flags: list[TrustFlag] = field(default_factory=list)  # the trust checks that fired (``flag_untrusted``)
     # build
     build_seconds: float | None = None
     cache_hit: bool | None = None
@@ -206,7 +252,27 @@ class VerdictDetails:
         for key in ("eager", "compiled", "kernel"):
             if isinstance(values.get(key), dict):
                 values[key] = TimingStats.from_dict(values[key])
+        values["trust_flags"] = [TrustFlag(str(f.get("name", UNCLASSIFIED)), str(f.get("reason", "")))
+                                 for f in values.get("trust_flags") or [] if isinstance(f, dict)]
         return cls(**values)
+
+    def all_trust_flags(self) -> list[TrustFlag]:
+        """Every reason not to trust the result: the recorded flags, then reasons recorded without
+        a flag (older verdicts) named by their wording; "flagged" alone still counts."""
+        flags = list(self.trust_flags)
+        named = {f.reason for f in flags}
+        flags += [TrustFlag(classify_reason(r), r) for r in self.suspicious_reasons if r not in named]
+        if self.suspicious and not flags:
+            flags.append(TrustFlag(UNCLASSIFIED, "flagged as untrusted, no reason recorded"))
+        return flags
+
+
+def flag_untrusted(details: VerdictDetails, name: str, reason: str) -> None:
+    """Record that the trust check ``name`` fired: the verdict earns nothing and is never a best.
+    A module function, not a method: the worker's guards watch module functions for patches."""
+    details.trust_flags = [*details.trust_flags, TrustFlag(name, reason)]
+    details.suspicious_reasons = [*details.suspicious_reasons, reason]
+    details.suspicious = True
 
 
 @dataclass
@@ -223,14 +289,31 @@ class Verdict:
     details: VerdictDetails = field(default_factory=VerdictDetails)
 
     @property
-    def correct(self) -> bool:
-        """Passed correctness and (when it ran) provenance, whether or not it was timed.
+    def passed(self) -> bool:
+        """Passed correctness and (when it ran) provenance, whether or not it was timed or trusted.
 
         A candidate that computed the right numbers in foreign kernels (rejected by provenance)
-        is not correct: it must earn no reward (KEVIN.md's score = 0.3 * correct + speedup)."""
+        did not pass."""
         if self.stage.order > Stage.PROVENANCE.order:
             return True
         return self.ok and self.stage in (Stage.CORRECTNESS, Stage.PROVENANCE)
+
+    @property
+    def trust_flags(self) -> list[TrustFlag]:
+        """The evaluator's reasons not to trust this verdict (empty: trusted)."""
+        return self.details.all_trust_flags()
+
+    @property
+    def trusted(self) -> bool:
+        """No trust check fired (escaping work, speed of light, implausible speedup, provenance)."""
+        return not self.trust_flags
+
+    @property
+    def correct(self) -> bool:
+        """Passed and trusted: what earns a reward (KEVIN.md's score = 0.3 * correct + speedup).
+
+        What the evaluator cannot trust counts as not correct: it earns nothing and is never a best."""
+        return self.passed and self.trusted
 
     @property
     def speedup(self) -> float:
@@ -241,14 +324,15 @@ class Verdict:
 
     @property
     def counts_as_best(self) -> bool:
-        """Correct, timed and not flagged suspicious."""
-        return self.correct and self.stage is Stage.TIMING and self.ok and not self.details.suspicious
+        """Correct (so trusted), timed."""
+        return self.correct and self.stage is Stage.TIMING and self.ok
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "stage": self.stage.value,
             "ok": self.ok,
             "correct": self.correct,
+            "trusted": self.trusted,
             "message": self.message,
             "details": self.details.to_dict(),
         }

@@ -4,8 +4,11 @@ One sample per evaluated candidate: the prompt messages sent, the response, the 
 ``r = 0.3 * correct + speedup * correct``, the multi-turn return within its trajectory
 (``sum``: R_t = sum_{i>=t} gamma^(i-t) r_i; ``max``: R_t = max_{i>=t} gamma^(i-t) r_i), and the
 GRPO advantage: the return normalised over all of the run's samples, (R - mean) / std (0 when all
-returns are equal). A kernel flagged suspicious counts as correct but its speedup is not believed
-(0). A trajectory's future is followed through the stored parent links, so beam forks work too:
+returns are equal). A verdict the evaluator does not trust (a trust check fired: work escaping
+the timed stream, faster than the GPU's speed of light, an implausible speedup over eager,
+provenance that could not be checked) counts as not correct: score 0, whatever its outputs; each
+sample's ``flags`` names the checks that fired (``data.TRUST_FLAGS``; empty: trusted), so training
+pipelines can audit them. A trajectory's future is followed through the stored parent links, so beam forks work too:
 the next turn of a candidate is its child in the same trajectory, else its lowest-numbered child.
 """
 
@@ -37,22 +40,22 @@ class RLSample:
     prompt: list[dict[str, str]]
     response: str
     reasoning: str
-    correct: bool
+    correct: bool  # passed and trusted: what the score rewards
     speedup: float
     score: float
     discounted_return: float
     advantage: float
+    flags: list[str]  # the trust checks that fired (stable names); non-empty means score 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def score(verdict: Verdict) -> float:
-    """Kevin's reward for one turn: 0.3 * correct + speedup * correct."""
-    if not verdict.correct:
+    """Kevin's reward for one turn: 0.3 * correct + speedup * correct (0 when not trusted)."""
+    if not verdict.correct or not verdict.trusted:  # correct implies trusted; said twice on purpose
         return 0.0
-    speedup = 0.0 if verdict.details.suspicious else verdict.speedup
-    return CORRECT_BONUS + speedup
+    return CORRECT_BONUS + verdict.speedup
 
 
 def discounted_returns(rewards: Sequence[float], gamma: float, aggregate: str = "sum") -> list[float]:
@@ -128,8 +131,8 @@ def rl_samples(
             run_id=record.run_id, candidate_id=candidate.id, trajectory=candidate.trajectory,
             turn=candidate.turn, prompt=prompt, response=candidate.response,
             reasoning=candidate.reasoning, correct=verdict.correct,
-            speedup=0.0 if verdict.details.suspicious else verdict.speedup,
-            score=rewards[candidate.id], discounted_return=ret, advantage=adv,
+            speedup=verdict.speedup, score=rewards[candidate.id], discounted_return=ret, advantage=adv,
+            flags=[flag.name for flag in verdict.trust_flags],
         ))
     return samples
 

@@ -30,6 +30,15 @@ def correct(speedup: float) -> str:
     )
 
 
+def untrusted(reasons: list[str]) -> str:
+    """A candidate whose outputs matched but whose result the evaluator cannot trust: what tripped,
+    and that it counts as incorrect (no reward)."""
+    why = "; ".join(r.strip().rstrip(".") for r in reasons if r.strip()) or "flagged by the evaluator"
+    return (f"Your answer was not trusted, so it counts as incorrect and earned nothing: {why}. "
+            "Its outputs matched, but the evaluator could not verify how they were computed or timed. "
+            "Do all of the work in your own CUDA kernels on the current stream.")
+
+
 def correct_untimed() -> str:
     return "Your answer was correct; it was not timed."
 

@@ -21,16 +21,17 @@ from kevin_agent.run_record import RunRecord
 from kevin_agent.run_table import CandidateRow, candidate_rows, conclude, plural, turn_label
 from kevin_agent.run_table import speedup_text as _speedup
 from kevin_agent.runs.state import RunView
-from kevin_agent.verdict_text import is_replayed, replay_note
+from kevin_agent.verdict_text import is_replayed, replay_note, untrusted_label
 
 
 def verdict_line(event: VerdictReady) -> str:
     verdict = event.verdict
     outcome = f"{verdict.stage.value} {'ok' if verdict.ok else 'failed'}"
+    untrusted = untrusted_label(verdict)
     if verdict.counts_as_best:
         outcome += f", {_speedup(verdict.speedup)} vs eager"
-    elif verdict.details.suspicious:
-        outcome += ", flagged suspicious"
+    elif untrusted:
+        outcome += f", {untrusted}"
     if is_replayed(verdict.details):
         outcome += " (replayed)"
     return f"  {event.candidate.id}: {outcome}"
@@ -154,8 +155,8 @@ def candidates_table(rows: list[CandidateRow], title: str) -> Any:
         table.add_column(name, justify="right" if name not in ("candidate", "stage") else "left")
     for r in rows:
         ok = "pending" if r.ok is None else ("yes" if r.ok else "no")
-        if r.suspicious:
-            ok += " (suspicious)"
+        if r.untrusted:
+            ok += f" ({r.untrusted})"
         table.add_row(r.candidate_id, str(r.trajectory), str(r.turn), r.stage, ok,
                       _optional(r.kernel_ms, "{:.3f}"), _optional(r.speedup_vs_eager, "{:.2f}x"),
                       _optional(r.speedup_vs_compile, "{:.2f}x"), _optional(r.sol_percent, "{:.0f}"))

@@ -125,11 +125,11 @@ def _title(record: RunRecord) -> str:
 def render_html(record: RunRecord, png: bytes) -> str:
     rows = candidate_rows(record)
     header = ("candidate", "trajectory", "turn", "stage", "ok", "kernel ms", "vs eager",
-              "vs torch.compile", "SOL %", "suspicious", "message")
+              "vs torch.compile", "SOL %", "trust", "message")
     body = "\n".join(
         "<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in (
             r.candidate_id, r.trajectory, r.turn, r.stage, r.ok, r.kernel_ms, r.speedup_vs_eager,
-            r.speedup_vs_compile, r.sol_percent, r.suspicious, r.message)) + "</tr>"
+            r.speedup_vs_compile, r.sol_percent, r.untrusted, r.message)) + "</tr>"
         for r in rows
     )
     title = f"kevin run {record.run_id}: {record.task.class_name}"

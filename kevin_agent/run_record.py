@@ -41,7 +41,7 @@ class RunRecord:
     notes: list[str] = field(default_factory=list)  # e.g. how far the baselines drifted by the end
 
     def best(self, gpu_name: Optional[str] = None) -> tuple[Candidate, Verdict] | None:
-        """The fastest candidate that counts as best (correct, timed, not suspicious), among the
+        """The fastest candidate that counts as best (correct, so trusted, and timed), among the
         verdicts measured on ``gpu_name`` (default: the run's main GPU model; speedups measured on
         different GPU models are never compared)."""
         wanted = gpu_name or self.gpu_name

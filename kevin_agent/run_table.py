@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from kevin_agent.data import REPLAY_GPU_NAME, Candidate, TimingStats, Verdict, VerdictDetails
 from kevin_agent.run_record import RunRecord, RunSummary
-from kevin_agent.verdict_text import is_replayed, measured_label
+from kevin_agent.verdict_text import is_replayed, measured_label, untrusted_label
 
 def plural(count: int, word: str) -> str:
     """"1 turn", "4 turns", "1 trajectory", "2 trajectories"."""
@@ -39,8 +39,9 @@ class CandidateRow:
     speedup_vs_eager: Optional[float]
     speedup_vs_compile: Optional[float]
     sol_percent: Optional[float]
-    suspicious: bool
+    suspicious: bool  # not trusted (kept for readers of ``--json``; see ``untrusted``)
     message: str  # first line of the verdict's message
+    untrusted: str = ""  # "not trusted: <short labels>", "" when trusted (or pending)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -59,7 +60,8 @@ def candidate_row(candidate: Candidate, verdict: Optional[Verdict]) -> Candidate
         kernel_ms=details.kernel.median_ms if details.kernel else None,
         speedup_vs_eager=details.speedup_vs_eager if verdict.correct else None,
         speedup_vs_compile=details.speedup_vs_compile if verdict.correct else None,
-        sol_percent=sol, suspicious=details.suspicious, message=lines[0] if lines else "",
+        sol_percent=sol, suspicious=not verdict.trusted, message=lines[0] if lines else "",
+        untrusted=untrusted_label(verdict, short=True) or "",
     )
 
 
@@ -146,10 +148,7 @@ def conclude(record: RunRecord) -> Conclusion:
     where = f" on {gpu}" if gpu and gpu != REPLAY_GPU_NAME else ""
     best = record.best()
     if best is None:
-        flagged = sum(1 for _, v in record.candidates if v is not None and v.correct
-                      and v.details.suspicious)
-        extra = (f" {flagged} correct kernel{'s were' if flagged > 1 else ' was'} flagged "
-                 "suspicious and not counted.") if flagged else ""
+        extra = _untrusted_note(record)
         return Conclusion(None, None, None, False, "eager",
                           f"No correct kernel was found; keep the PyTorch module.{extra}{note}")
     candidate, verdict = best
@@ -159,6 +158,16 @@ def conclude(record: RunRecord) -> Conclusion:
     text = _conclusion_text(candidate.id, verdict.details, better, where)
     return Conclusion(candidate.id, verdict.details.speedup_vs_eager, verdict.details.speedup_vs_compile,
                       better == "kernel", better, text + note)
+
+
+def _untrusted_note(record: RunRecord) -> str:
+    """" N kernels matched the reference but were not trusted: <labels>; not counted." or ""."""
+    flagged = [v for _, v in record.candidates if v is not None and v.passed and not v.trusted]
+    if not flagged:
+        return ""
+    labels = "; ".join(dict.fromkeys(f.label for v in flagged for f in v.trust_flags))
+    kernels = "kernels matched the reference but were" if len(flagged) > 1 else "kernel matched the reference but was"
+    return f" {len(flagged)} {kernels} not trusted: {labels}; not counted."
 
 
 def _conclusion_text(best_id: str, d: VerdictDetails, better: str, where: str) -> str:

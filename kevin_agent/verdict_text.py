@@ -38,6 +38,16 @@ def gpu_short(details: VerdictDetails) -> Optional[str]:
     return f"{gpu}, replayed" if gpu else REPLAY_GPU_NAME
 
 
+def untrusted_label(verdict: Verdict, short: bool = False) -> Optional[str]:
+    """"not trusted: <reason>" as every face shows an untrusted verdict (the checks' short labels
+    when ``short``, for table cells and one-line states); None when the verdict is trusted."""
+    flags = verdict.trust_flags
+    if not flags:
+        return None
+    parts = [f.label if short else f.reason for f in flags]
+    return "not trusted: " + "; ".join(dict.fromkeys(parts))
+
+
 def replay_note(record: "RunRecord", conclusion: str = "") -> Optional[str]:
     """One line for a run whose verdicts were replayed, to show under its ``conclusion`` (None when
     they were measured here, or when the conclusion already says they were replayed)."""
@@ -59,7 +69,8 @@ def render_verdict(verdict: Verdict, with_errors: bool = True) -> str:
     d = verdict.details
     status = "passed" if verdict.ok else "FAILED"
     replayed = "  [replayed: not measured here]" if is_replayed(d) else ""
-    lines = [f"stage: {verdict.stage.value} ({status}){'  correct' if verdict.correct else ''}{replayed}",
+    trust = "  NOT TRUSTED" if not verdict.trusted else ""
+    lines = [f"stage: {verdict.stage.value} ({status}){'  correct' if verdict.correct else ''}{trust}{replayed}",
              "", verdict.message, ""]
     if d.static_rule:
         lines.append(f"static rule: {d.static_rule}")
@@ -82,8 +93,9 @@ def render_verdict(verdict: Verdict, with_errors: bool = True) -> str:
     if d.sol_fraction is not None:
         sol_ms = f" of peak ({d.sol_ms:.4g} ms at speed of light)" if d.sol_ms is not None else ""
         lines.append(f"speed of light: {d.sol_fraction:.1%}{sol_ms}")
-    if d.suspicious:
-        lines.append("SUSPICIOUS: " + ("; ".join(d.suspicious_reasons) or "flagged") + " (not counted as best)")
+    untrusted = untrusted_label(verdict)
+    if untrusted:
+        lines.append(f"{untrusted} (counts as not correct: no reward, never a best)")
     if d.build_seconds is not None:
         hit = "cache hit" if d.cache_hit else "built"
         lines.append(f"build: {d.build_seconds:.2f} s ({hit}{', ' + d.build_path if d.build_path else ''})")

@@ -19,7 +19,7 @@ from kevin_agent.events import Event, RunDone, RunFailed
 from kevin_agent.run_table import plural, turn_label
 from kevin_agent.runs.request import RunRequest
 from kevin_agent.runs.state import RunView
-from kevin_agent.verdict_text import is_replayed
+from kevin_agent.verdict_text import is_replayed, untrusted_label
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,17 @@ class RunState:
             verb = "cancelled" if self.status == "cancelled" else "done"
             replayed = " (replayed, not measured here)" if is_replayed(self.best[1].details) else ""
             return f"Kevin: {verb}, {self.best_speedup:.2f}x vs eager{replayed} (accept, show diff or discard)"
-        return f"Kevin: {self.status}, no correct kernel among {plural(self.evaluated, 'candidate')}"
+        return (f"Kevin: {self.status}, no correct kernel among {plural(self.evaluated, 'candidate')}"
+                + self.untrusted_note())
+
+    def untrusted_note(self) -> str:
+        """" (1 not trusted: faster than speed of light)": what matched but earned nothing."""
+        labels = [label for _, v in self.view.rows.values() if v is not None and v.passed
+                  and (label := untrusted_label(v, short=True))]
+        if not labels:
+            return ""
+        reasons = "; ".join(dict.fromkeys(label.removeprefix("not trusted: ") for label in labels))
+        return f" ({len(labels)} not trusted: {reasons})"
 
 
 class RunOpener(Protocol):

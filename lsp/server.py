@@ -174,7 +174,8 @@ class KevinServer(LanguageServer):
         if state.best is None:
             if state.status == "done":
                 self.show(f"Kevin: no correct kernel for {state.class_name} "
-                          f"({state.evaluated} candidates evaluated)", types.MessageType.Warning)
+                          f"({state.evaluated} candidates evaluated){state.untrusted_note()}",
+                          types.MessageType.Warning)
             return
         choice = await self.window_show_message_request_async(types.ShowMessageRequestParams(
             type=types.MessageType.Info, message=result_message(state),

@@ -70,7 +70,7 @@ def write_script(path: Path, plan: dict[tuple[int, int], str]) -> Path:
 STORED_TASK = Task(source="class Model: ...\n", class_name="Model")
 
 # trajectory -> markers per turn; scores: wrong 0, broken 0, slow 0.3+0.8, quick 0.3+2.0,
-# hack (correct but suspicious: speedup not believed) 0.3
+# hack (matched, but flagged as faster than the speed of light: not trusted, earns nothing) 0
 PLAN = {0: ["wrong", "slow", "quick"], 1: ["broken", "hack", "wrong"]}
 
 

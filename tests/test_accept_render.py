@@ -156,7 +156,7 @@ def test_refuses_incorrect_suspicious_and_missing_origin(tmp_path):
     with pytest.raises(UserInputError, match="no correct, timed candidate"):
         plan_accept(make_record(origin, code, wrong), repo_root=tmp_path)
     flagged = good_verdict(suspicious=True, suspicious_reasons=["faster than the speed of light"])
-    with pytest.raises(UserInputError, match="flagged suspicious .faster than the speed of light"):
+    with pytest.raises(UserInputError, match="not trusted: faster than the speed of light. It earned nothing"):
         plan_accept(make_record(origin, code, flagged), "t1.3", repo_root=tmp_path)
     with pytest.raises(UserInputError, match="no origin file"):
         plan_accept(make_record(None, code), repo_root=tmp_path)

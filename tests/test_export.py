@@ -21,18 +21,21 @@ def test_scores_sum_returns_and_advantages_match_hand_computed_values(tmp_path):
     record = store.load_run("run-1")
     samples = by_id(rl_samples(record, store.load_messages("run-1"), gamma=0.4, aggregate="sum"))
     scores = {cid: s.score for cid, s in samples.items()}
+    # t1.1 ("hack", 40x, flagged as faster than the speed of light) is not trusted: it earns nothing
     assert scores == pytest.approx({"t0.0": 0.0, "t0.1": 1.1, "t0.2": 2.3,
-                                    "t1.0": 0.0, "t1.1": 0.3, "t1.2": 0.0})
+                                    "t1.0": 0.0, "t1.1": 0.0, "t1.2": 0.0})
     returns = {cid: s.discounted_return for cid, s in samples.items()}
     # R_2 = r_2; R_1 = r_1 + 0.4 r_2; R_0 = r_0 + 0.4 r_1 + 0.16 r_2
     assert returns == pytest.approx({"t0.2": 2.3, "t0.1": 1.1 + 0.92, "t0.0": 0.44 + 0.368,
-                                     "t1.2": 0.0, "t1.1": 0.3, "t1.0": 0.12})
-    # mean 0.924667, population std 0.912653
+                                     "t1.2": 0.0, "t1.1": 0.0, "t1.0": 0.0})
+    # mean 0.854667, population std 0.969582
     advantages = {cid: s.advantage for cid, s in samples.items()}
-    assert advantages == pytest.approx({"t0.0": -0.127832, "t1.0": -0.881679, "t0.1": 1.200164,
-                                        "t1.1": -0.684451, "t0.2": 1.506962, "t1.2": -1.013163},
+    assert advantages == pytest.approx({"t0.0": -0.048131, "t1.0": -0.88148, "t0.1": 1.201893,
+                                        "t1.1": -0.88148, "t0.2": 1.490677, "t1.2": -0.88148},
                                        abs=1e-5)
-    assert samples["t1.1"].correct and samples["t1.1"].speedup == 0.0
+    assert not samples["t1.1"].correct and samples["t1.1"].speedup == 0.0
+    assert samples["t1.1"].flags == ["beyond_speed_of_light"]
+    assert samples["t0.2"].flags == [] and samples["t0.2"].correct
     assert samples["t0.1"].prompt == [{"role": "user", "content": "prompt for t0.1"}]
     assert samples["t0.1"].response == "answer t0.1" and samples["t0.1"].reasoning == "thinking"
 
@@ -43,7 +46,7 @@ def test_max_aggregation(tmp_path):
     # R_t = max_{i>=t} 0.8^(i-t) r_i
     assert {c: s.discounted_return for c, s in samples.items()} == pytest.approx(
         {"t0.2": 2.3, "t0.1": max(1.1, 0.8 * 2.3), "t0.0": 0.64 * 2.3,
-         "t1.2": 0.0, "t1.1": 0.3, "t1.0": 0.8 * 0.3})
+         "t1.2": 0.0, "t1.1": 0.0, "t1.0": 0.0})
 
 
 def test_returns_follow_forked_histories(tmp_path):
@@ -70,6 +73,7 @@ def test_export_cli_writes_jsonl_and_rejects_bad_input(tmp_path):
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(lines) == 6 and lines[0]["candidate_id"] == "t0.0"
     assert lines[0]["discounted_return"] == pytest.approx(0.808)
+    assert [line["flags"] for line in lines if line["flags"]] == [["beyond_speed_of_light"]]
 
     bad_gamma = kevin(tmp_path, "export", "latest", "--format", "rl", "--gamma", "1.5",
                       "-o", str(tmp_path / "never.jsonl"))

@@ -6,6 +6,7 @@ from typing import Any, Optional, Sequence
 
 from kevin_agent.data import Candidate, Verdict
 from kevin_agent.run_table import candidate_row
+from kevin_agent.verdict_text import untrusted_label
 
 ROW_COLUMNS = ("traj", "turn", "verdict", "kernel ms", "x eager", "x compile", "SoL %")
 ROW_WIDTHS = (4, 4, 18, 9, 7, 9, 5)  # fixed: rows arrive one by one during a run
@@ -30,8 +31,9 @@ def verdict_label(verdict: Optional[Verdict]) -> str:
     """A short cell: the stage reached and whether it passed, or the speed verdict."""
     if verdict is None:
         return "evaluating"
-    if verdict.details.suspicious and verdict.correct:
-        return "suspicious"
+    untrusted = untrusted_label(verdict, short=True)
+    if untrusted:
+        return untrusted
     if verdict.counts_as_best:
         return "correct"
     if verdict.ok:

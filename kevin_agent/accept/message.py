@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from kevin_agent.data import REPLAY_GPU_NAME, Candidate, TimingStats, Verdict, VerdictDetails
 from kevin_agent.run_table import better_choice, plural, speedup_text, tie_with
-from kevin_agent.verdict_text import gpu_short, is_replayed, measured_label
+from kevin_agent.verdict_text import gpu_short, is_replayed, measured_label, untrusted_label
 
 RUN_TRAILER = "Kevin-Run"
 CANDIDATE_TRAILER = "Kevin-Candidate"
@@ -21,11 +21,15 @@ def _x(value: Optional[float]) -> str:
 def subject(class_name: str, verdict: Verdict) -> str:
     """``kevin: CUDA kernel for FusedBlock (1.84x eager, 1.21x torch.compile, NVIDIA H200)``."""
     details = verdict.details
-    parts = [f"{_x(details.speedup_vs_eager)} eager"]
-    if details.speedup_vs_compile is not None:
-        parts.append(f"{_x(details.speedup_vs_compile)} torch.compile")
-    if better_choice(details) == "tie":
-        parts.append(f"a tie with {tie_with(details)}")
+    untrusted = untrusted_label(verdict, short=True)
+    if untrusted:  # its numbers are not believed (accepted with --force): say that instead of them
+        parts = [untrusted]
+    else:
+        parts = [f"{_x(details.speedup_vs_eager)} eager"]
+        if details.speedup_vs_compile is not None:
+            parts.append(f"{_x(details.speedup_vs_compile)} torch.compile")
+        if better_choice(details) == "tie":
+            parts.append(f"a tie with {tie_with(details)}")
     parts.append(gpu_short(details) or "unknown GPU")
     return f"kevin: CUDA kernel for {class_name} ({', '.join(parts)})"
 
@@ -125,7 +129,10 @@ def commit_message(*, class_name: str, source_label: str, run_id: str, candidate
     intro = _intro(source_label, verdict)
     files = "Files:\n" + "\n".join(f"  {path}" for path in paths)
     note = _verdict_note(verdict)
-    paragraphs = [intro] + ([note] if note else [])
+    untrusted = untrusted_label(verdict)
+    warning = (f"WARNING: {untrusted}. Accepted with --force: the evaluator does not trust this "
+               "result, so its numbers are not believed and it earned no reward." if untrusted else None)
+    paragraphs = [intro] + [text for text in (warning, note) if text]
     wrapped = [textwrap.fill(text, 72, break_on_hyphens=False) for text in paragraphs]
     parts = [subject(class_name, verdict), wrapped[0], "\n".join(body), *wrapped[1:], files]
     trailers = f"{RUN_TRAILER}: {run_id}\n{CANDIDATE_TRAILER}: {candidate.id}"

@@ -18,7 +18,7 @@ from kevin_agent.accept.signature import find_class
 from kevin_agent.data import Candidate, Verdict
 from kevin_agent.errors import UserInputError
 from kevin_agent.store import find_repo_root
-from kevin_agent.verdict_text import gpu_short, is_replayed, measured_label
+from kevin_agent.verdict_text import gpu_short, is_replayed, measured_label, untrusted_label
 
 if TYPE_CHECKING:
     from kevin_agent.store import RunRecord
@@ -73,26 +73,38 @@ def _paint(line: str, color: bool) -> str:
     return f"{code}{line.rstrip(chr(10))}{_RESET}\n" if code else line
 
 
-def choose_candidate(record: RunRecord, candidate_id: Optional[str]) -> tuple[Candidate, Verdict]:
-    """The named candidate, or the run's best; refuses ones that are not correct or are suspicious."""
+def choose_candidate(record: RunRecord, candidate_id: Optional[str],
+                     force: bool = False) -> tuple[Candidate, Verdict]:
+    """The named candidate, or the run's best; refuses ones that are not correct, and ones the
+    evaluator does not trust unless ``force`` (``kevin accept --force``)."""
     if candidate_id is None:
         best = record.best()
         if best is None:
             raise UserInputError(f"run {record.run_id} has no correct, timed candidate to accept "
-                                 f"(see `kevin show {record.run_id}`)")
+                                 f"(see `kevin show {record.run_id}`){_untrusted_hint(record)}")
         return best
     candidate, verdict = record.candidate(candidate_id)
     if verdict is None:
         raise UserInputError(f"candidate {candidate_id} of run {record.run_id} has not been evaluated yet")
-    if not verdict.correct:
+    if not verdict.passed:
         raise UserInputError(f"candidate {candidate_id} is not correct (it stopped at "
                              f"{verdict.stage.value}): only a correct kernel can be accepted")
-    if verdict.details.suspicious:
-        reasons = "; ".join(verdict.details.suspicious_reasons) or "no reason recorded"
-        raise UserInputError(f"candidate {candidate_id} is flagged suspicious ({reasons}): it cannot be accepted")
+    if not verdict.trusted and not force:
+        raise UserInputError(f"candidate {candidate_id} is {untrusted_label(verdict)}. It earned nothing "
+                             "and is not accepted; pass --force to accept it anyway (the commit "
+                             "message will say it is not trusted)")
     if not candidate.code:
         raise UserInputError(f"candidate {candidate_id} has no code")
     return candidate, verdict
+
+
+def _untrusted_hint(record: RunRecord) -> str:
+    """"; t1.1 matched but is not trusted: ...": what --force could accept, when any."""
+    for candidate, verdict in record.candidates:
+        if verdict is not None and verdict.passed and not verdict.trusted:
+            return (f"; {candidate.id} matched the reference but is {untrusted_label(verdict, short=True)} "
+                    f"(`kevin accept {record.run_id} {candidate.id} --force` accepts it anyway)")
+    return ""
 
 
 def _origin_path(record: RunRecord, repo_root: Optional[Path]) -> Path:
@@ -133,9 +145,10 @@ def _target_dir(target_dir: Optional[Path], repo_root: Optional[Path], source: P
 
 
 def plan_accept(record: RunRecord, candidate_id: Optional[str] = None, repo_root: Optional[Path] = None,
-                *, target_dir: Optional[Path] = None) -> AcceptPlan:
-    """Everything accepting would write, or UserInputError naming why it is refused."""
-    candidate, verdict = choose_candidate(record, candidate_id)
+                *, target_dir: Optional[Path] = None, force: bool = False) -> AcceptPlan:
+    """Everything accepting would write, or UserInputError naming why it is refused (``force``:
+    accept a candidate the evaluator does not trust, saying so in the commit message)."""
+    candidate, verdict = choose_candidate(record, candidate_id, force)
     source = _origin_path(record, repo_root)
     repo_root = Path(repo_root).resolve() if repo_root is not None else find_repo_root(source.parent)
     class_name = record.task.origin.class_name if record.task.origin else record.task.class_name
@@ -158,6 +171,9 @@ def plan_accept(record: RunRecord, candidate_id: Optional[str] = None, repo_root
         class_name=class_name, source_label=source_label, run_id=record.run_id, candidate=candidate,
         verdict=verdict, settings=dict(record.settings or {}), paths=[plan.label(p) for p in sorted(files)],
     )
+    if not verdict.trusted:
+        plan.notes.append(f"{untrusted_label(verdict)}: accepted only because of --force; the commit "
+                          "message says so")
     if is_replayed(d):
         plan.notes.append(f"verdict {measured_label(d)}: the kernel was not checked or timed on "
                           "this machine; run the generated test on a GPU before relying on it")

@@ -1,4 +1,4 @@
-"""``kevin accept RUN [CANDIDATE] [--commit | --no-commit] [--branch NAME] [--run-hooks]``."""
+"""``kevin accept RUN [CANDIDATE] [--commit | --no-commit] [--branch NAME] [--run-hooks] [--force]``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="commit on a new branch NAME made at HEAD (needed on a detached HEAD)")
     parser.add_argument("--target-dir", type=Path, metavar="DIR",
                         help="where the files go (default: next to the module, or [tool.kevin] accept_dir)")
+    parser.add_argument("--force", action="store_true",
+                        help="accept a named candidate the evaluator does not trust (its commit message "
+                             "says so); never a candidate that is not correct")
     parser.add_argument("--run-hooks", action=argparse.BooleanOptionalAction, default=None,
                         help="run the repository's pre-commit and commit-msg hooks on the commit; a "
                              "failing hook refuses it (default: off, or [tool.kevin] run_hooks)")
@@ -43,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from kevin_agent.store import load_stored_run
 
     record = load_stored_run(args.run)
-    plan = plan_accept(record, args.candidate, target_dir=args.target_dir)
+    plan = plan_accept(record, args.candidate, target_dir=args.target_dir, force=args.force)
     commit = args.commit
     if commit is None:
         if not _interactive():

@@ -1,4 +1,7 @@
-"""``kevin export RUN --format rl``: one JSON line per turn sample with Kevin's rewards."""
+"""``kevin export RUN --format rl``: one JSON line per turn sample with Kevin's rewards.
+
+A verdict the evaluator does not trust scores 0 (not correct); its sample's ``flags`` lists the
+checks that fired."""
 
 from __future__ import annotations
 
@@ -9,7 +12,8 @@ import sys
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_id", metavar="RUN", help="a run id (or a unique prefix), or 'latest'")
     parser.add_argument("--format", choices=("rl",), required=True,
-                        help="rl: prompt, response, score, discounted return, GRPO advantage")
+                        help="rl: prompt, response, score, discounted return, GRPO advantage, flags "
+                             "(trust checks that fired: such a sample scores 0)")
     parser.add_argument("--gamma", type=float, default=0.4, help="discount (default 0.4, Kevin's)")
     parser.add_argument("--aggregate", choices=("sum", "max"), default="sum",
                         help="sum (default) or max of the discounted future scores")

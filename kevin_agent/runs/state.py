@@ -25,14 +25,18 @@ from kevin_agent.events import (
 )
 from kevin_agent.run_record import RunRecord
 from kevin_agent.run_table import speedup_text
+from kevin_agent.verdict_text import untrusted_label
 
 ACTIVE_STATUSES = ("starting", "running")
 
 
 def verdict_state(verdict: Verdict) -> str:
-    """A trajectory's state after a verdict: its speedup, or the stage it reached."""
+    """A trajectory's state after a verdict: its speedup, "not trusted: ...", or the stage it reached."""
     if verdict.counts_as_best:
         return speedup_text(verdict.speedup)
+    untrusted = untrusted_label(verdict, short=True)
+    if untrusted:
+        return untrusted
     return f"{verdict.stage.value} {'ok' if verdict.ok else 'failed'}"
 
 

@@ -66,8 +66,9 @@ def test_side_stream_work_is_flagged_and_never_best(worker_pool, gpu_cache_dir):
     verdict, d = result.verdict, result.verdict.details
     assert (verdict.stage, verdict.ok) == (Stage.TIMING, True), verdict.message  # results are right
     assert d.suspicious and any("escapes the timed stream" in r for r in d.suspicious_reasons), d.suspicious_reasons
-    assert not verdict.counts_as_best
-    assert "does not count" in verdict.message
+    assert not verdict.counts_as_best and not verdict.correct and not verdict.trusted
+    assert "escaped_stream" in [f.name for f in d.trust_flags], d.trust_flags
+    assert verdict.message.startswith("Your answer was not trusted, so it counts as incorrect and earned nothing: ")
 
 
 def test_constant_output_fails_even_inside_tolerance(worker_pool, gpu_cache_dir):

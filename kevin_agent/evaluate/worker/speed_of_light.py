@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from kevin_agent.data import BEYOND_SPEED_OF_LIGHT, ESCAPED_STREAM, IMPLAUSIBLE_SPEEDUP
+
 SOL_LIMIT = 1.0  # a kernel above this fraction of speed of light is not believed
 EAGER_SPEEDUP_LIMIT = 10.0  # KEVIN.md: flag speedups over 10x eager
 MATMUL_DTYPES = ("float32", "float16", "bfloat16", "float64")
@@ -44,25 +46,32 @@ def sol_ms(flops: float, bytes_moved: float, peak_flops: float, peak_bandwidth: 
     return max(compute_s, memory_s) * 1000.0
 
 
+def timing_flags(
+    sol_fraction: float | None, speedup_vs_eager: float | None, escape: str | None = None,
+    kernel_ms: float | None = None, sol_bound_ms: float | None = None,
+) -> list[tuple[str, str]]:
+    """The trust checks a correct candidate's timing trips: (flag name, reason) pairs, empty when
+    nothing is off. A flagged verdict is not trusted: it earns nothing and is never a best."""
+    flags = []
+    if sol_fraction is not None and sol_fraction > SOL_LIMIT:
+        flags.append((BEYOND_SPEED_OF_LIGHT,
+                      f"faster than the GPU's speed of light ({sol_fraction:.2f}x of it: "
+                      f"{kernel_ms or 0:.4f} ms measured, at least {sol_bound_ms or 0:.4f} ms possible)"))
+    if speedup_vs_eager is not None and speedup_vs_eager > EAGER_SPEEDUP_LIMIT:
+        flags.append((IMPLAUSIBLE_SPEEDUP,
+                      f"{speedup_vs_eager:.1f}x faster than PyTorch eager (over {EAGER_SPEEDUP_LIMIT:g}x is rare "
+                      "for real kernels)"))
+    if escape:
+        flags.append((ESCAPED_STREAM, escape))
+    return flags
+
+
 def suspicion_reasons(
     sol_fraction: float | None, speedup_vs_eager: float | None, escape: str | None = None,
     kernel_ms: float | None = None, sol_bound_ms: float | None = None,
 ) -> list[str]:
-    """Why a correct candidate's timing is not believed (empty when nothing is off)."""
-    reasons = []
-    if sol_fraction is not None and sol_fraction > SOL_LIMIT:
-        reasons.append(
-            f"faster than the GPU's speed of light ({sol_fraction:.2f}x of it: "
-            f"{kernel_ms or 0:.4f} ms measured, at least {sol_bound_ms or 0:.4f} ms possible)"
-        )
-    if speedup_vs_eager is not None and speedup_vs_eager > EAGER_SPEEDUP_LIMIT:
-        reasons.append(
-            f"{speedup_vs_eager:.1f}x faster than PyTorch eager (over {EAGER_SPEEDUP_LIMIT:g}x is rare "
-            "for real kernels)"
-        )
-    if escape:
-        reasons.append(escape)
-    return reasons
+    """Why a correct candidate's timing is not believed (``timing_flags``' reasons)."""
+    return [reason for _, reason in timing_flags(sol_fraction, speedup_vs_eager, escape, kernel_ms, sol_bound_ms)]
 
 
 def dtype_name(dtype: Any) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kevin_agent import feedback
-from kevin_agent.data import Stage, Verdict
+from kevin_agent.data import Stage, Verdict, VerdictDetails, flag_untrusted
 from kevin_agent.evaluate.protocol import Baseline, WorkerJob, WorkerReply
 from kevin_agent.evaluate.worker.baseline import measure_baseline
 from kevin_agent.evaluate.worker.context import Context, TaskProblem, environment_details, load_reference
@@ -23,7 +23,7 @@ from kevin_agent.evaluate.worker.correctness import CorrectnessHarness, Fp64Refe
 from kevin_agent.evaluate.worker.guards import CapturedReferences, snapshot
 from kevin_agent.evaluate.worker.loader import describe_exception, install_build_hook, load_module_from_file
 from kevin_agent.evaluate.worker.provenance import ProvenanceInputs, check_provenance
-from kevin_agent.evaluate.worker.speed_of_light import PeakRates, load_or_measure_peaks, sol_ms, suspicion_reasons
+from kevin_agent.evaluate.worker.speed_of_light import PeakRates, load_or_measure_peaks, sol_ms, timing_flags
 from kevin_agent.evaluate.worker.timing import Clock, Timer, escape_reason, escape_trials, make_flush, stats_from_samples
 
 __all__ = ["TaskProblem", "evaluate_job"]
@@ -62,8 +62,9 @@ def _evaluate_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, loaded: t
                                                      ctx.extensions, lambda: _hints(job.candidate_source, job.task_source)))
     if verdict is not None:
         return verdict  # rejected by what ran on the GPU: no timing spent
+    settle_flags(ctx.details)  # provenance may have flagged it (not checked)
     if ctx.settings.timing_trials <= 0:
-        message = _with_profile(feedback.correct_untimed(), ctx)
+        message = _with_profile(_passed_message(ctx.details, feedback.correct_untimed()), ctx)
         return Verdict(Stage.PROVENANCE, True, message, ctx.details)
     return _timing(ctx, task, candidate, baseline, peaks)
 
@@ -215,14 +216,24 @@ def _timing(ctx: Context, task: Any, candidate: Any, baseline: Baseline, peaks: 
         if d.compiled is not None:
             d.speedup_vs_compile = d.compiled.median_ms / d.kernel.median_ms
     _speed_of_light(ctx, baseline, peaks)
-    d.suspicious_reasons = list(d.suspicious_reasons) + suspicion_reasons(  # provenance may have flagged it
-        d.sol_fraction, d.speedup_vs_eager, escape, d.kernel.median_ms, d.sol_ms)
-    d.suspicious = bool(d.suspicious_reasons)
-    message = feedback.correct(d.speedup_vs_eager or 0.0)
-    if d.suspicious:
-        message += (" However, the timing is not trusted and this answer does not count: "
-                    + "; ".join(d.suspicious_reasons) + ".")
+    for name, reason in timing_flags(d.sol_fraction, d.speedup_vs_eager, escape, d.kernel.median_ms, d.sol_ms):
+        flag_untrusted(d, name, reason)
+    message = _passed_message(d, feedback.correct(d.speedup_vs_eager or 0.0))
     return Verdict(Stage.TIMING, True, _with_profile(message, ctx), d)
+
+
+def settle_flags(d: VerdictDetails) -> None:
+    """Give every recorded reason not to trust the result its flag name (the provenance stage
+    records "provenance not checked" as a reason only), so the stored verdict names them."""
+    d.trust_flags = d.all_trust_flags()
+    d.suspicious = d.suspicious or bool(d.trust_flags)
+
+
+def _passed_message(d: VerdictDetails, trusted_message: str) -> str:
+    """The feedback of a candidate that passed: ``trusted_message``, or when a trust check fired,
+    the rejection that says what tripped and that it earned nothing."""
+    flags = d.all_trust_flags()
+    return feedback.untrusted([f.reason for f in flags]) if flags else trusted_message
 
 
 def _speed_of_light(ctx: Context, baseline: Baseline, peaks: PeakRates | None) -> None:
