@@ -1,7 +1,7 @@
 """The benchmark table: per-task results from stored runs, then per-level and overall figures.
 
 Definitions (Kevin's paper and KernelBench): a kernel counts when it is correct, timed and trusted
-(``Verdict.counts_as_best``: flagged verdicts earn nothing). A trajectory's speedup is that of its
+(``Verdict.counts_as_best``: untrusted verdicts earn nothing). A trajectory's speedup is that of its
 fastest counting kernel, 0 when none; ``best@k`` averages over tasks the best trajectory's speedup,
 ``avg@k`` the mean trajectory's. ``fast_p`` is the share of tasks with a counting kernel strictly
 faster than the baseline by ``p`` (vs eager, and vs torch.compile). The geometric mean is over the
@@ -62,7 +62,7 @@ def task_result(name: str, level: int, record: RunRecord) -> TaskResult:
         result.candidates += 1
         result.compile_errors += _failed_at(verdict, Stage.COMPILE)
         result.provenance_rejections += _failed_at(verdict, Stage.PROVENANCE)
-        result.untrusted += verdict.correct and verdict.details.suspicious
+        result.untrusted += verdict.passed and not verdict.trusted
         result.replayed = result.replayed or verdict.details.replayed
         if not counts(verdict):
             continue
