@@ -175,12 +175,30 @@ def capture_settings(paths: Iterable[str] = WATCHED_SETTINGS) -> dict[str, Any]:
     return {path: read_setting(path) for path in paths}
 
 
+# Modules whose first import rebinds watched torch functions: ``torch._dynamo`` wraps
+# ``torch.manual_seed`` in ``_disable_dynamo``, and it is imported lazily by torch itself (the
+# profiler's ``prepare_trace`` reads ``torch._inductor``, which imports dynamo). Imported before
+# capturing, so a later lazy import is not taken for a candidate's patch.
+SETTLING_IMPORTS: tuple[str, ...] = ("torch._dynamo",)
+
+
+def settle_imports(modules: Iterable[str] = SETTLING_IMPORTS) -> None:
+    """Import the modules whose import rebinds watched functions (idempotent)."""
+    import importlib
+
+    for name in modules:
+        if name not in sys.modules:
+            importlib.import_module(name)
+
+
 def capture_references(
     paths: Iterable[str] = WATCHED_PATHS,
     classes: Iterable[str] = WATCHED_CLASSES,
     own_modules: Iterable[str] = OWN_MODULES,
 ) -> CapturedReferences:
-    """Capture watched objects; call before any candidate code runs."""
+    """Capture watched objects; call before any candidate code runs (torch's self-patching imports
+    are settled first)."""
+    settle_imports()
     objects: dict[str, Any] = {}
     for path in paths:
         try:

@@ -25,13 +25,15 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from kevin_agent import feedback
 from kevin_agent.data import Stage, Verdict
 from kevin_agent.evaluate.provenance.attribution import OwnKernels
-from kevin_agent.evaluate.provenance.policy import DEFAULT_POLICY, POLICIES, ProvenanceResult, judge
+from kevin_agent.evaluate.provenance.policy import (
+    DEFAULT_POLICY, POLICIES, ProvenanceResult, generated_code_message, judge, unchecked_message, with_reason,
+)
 from kevin_agent.evaluate.provenance.profile import HEAD_PADDING, IncompleteProfile, ProfilerHandles, profile_forward
 from kevin_agent.evaluate.provenance.symbols import ExtensionKernels, list_kernels
 from kevin_agent.evaluate.provenance.trace import KernelActivity, launch_count
 from kevin_agent.evaluate.worker.correctness import to_device
 from kevin_agent.evaluate.worker.guards import CapturedReferences, snapshot
-from kevin_agent.evaluate.worker.loader import describe_exception
+from kevin_agent.evaluate.worker.loader import describe_exception, raised_by_generated_code
 
 PROVENANCE_SEED_OFFSET = 20_000  # its own inputs, apart from correctness and timing
 HINTS_IN_MESSAGE = 4
@@ -47,7 +49,9 @@ class CandidateRaised(Exception):
 
 def profiler_handles(captured: CapturedReferences) -> ProfilerHandles:
     """The profiler's entry points as captured at worker start (before any candidate code ran)."""
-    get = captured.objects.get
+    def get(path: str) -> Any:
+        return captured.objects.get(path)
+
     handles = ProfilerHandles(get("torch.profiler.profile"), get("torch.profiler.ProfilerActivity"),
                               get("torch.profiler.record_function"), get("torch.cuda.synchronize"),
                               get("torch.no_grad"))
@@ -137,24 +141,46 @@ class ProvenanceInputs:
     hints: Callable[[], list[str]]  # static hints about the source (only computed on rejection)
 
 
+def resolved_policy(settings: Any) -> str:
+    """The run's provenance policy (an unknown name was refused when settings were resolved)."""
+    return settings.policy if settings.policy in POLICIES else DEFAULT_POLICY
+
+
+def generated_code_rejection(ctx: Any, text: str) -> Verdict:
+    """torch.compile or Triton in the answer, stopped before its code ran (the sandbox forbids the
+    compiler's processes and cache writes): rejected by the policy's rule on generated code."""
+    d, policy = ctx.details, resolved_policy(ctx.settings)
+    reason = "generated code (torch.compile or Triton) in the answer"
+    d.provenance_policy, d.provenance_ok, d.provenance_reasons = policy, False, [reason]
+    d.provenance_summary = f"provenance {policy}: rejected; {reason}, stopped before it ran"
+    return ctx.fail(Stage.PROVENANCE, generated_code_message(policy, text), text)
+
+
 def check_provenance(ctx: Any, given: ProvenanceInputs) -> Optional[Verdict]:
-    """The PROVENANCE rejection, or None (accepted, or unavailable and flagged suspicious).
+    """The PROVENANCE rejection, or None (accepted, or unavailable in this worker and flagged
+    suspicious). Fails closed on the candidate's side: no kernel listed in its extension(s), or a
+    profile of its call that fails, rejects it (the message says why), under either policy.
     On acceptance ``ctx.provenance`` holds the result for the feedback of the timed verdict."""
     d = ctx.details
-    policy = ctx.settings.policy if ctx.settings.policy in POLICIES else DEFAULT_POLICY
+    policy = resolved_policy(ctx.settings)
     d.provenance_policy = policy
+    if unavailable_reason():  # the worker's profiler failed before any candidate code ran
+        _unavailable(ctx, unavailable_reason() or "")
+        return None
     own, extensions = own_kernels(given.extensions)
-    reason = unavailable_reason() or (None if own else _no_listing(extensions))
-    if reason:
-        return _unavailable(ctx, reason)
+    unlisted = None if own else _no_listing(extensions)
     inputs = provenance_inputs(ctx, given.task)
     try:
         activities = _profile(given.candidate, inputs, ctx, "candidate")
     except CandidateRaised as exc:
-        text = describe_exception(exc.__cause__ or exc, ctx.candidate_path)
+        cause = exc.__cause__ or exc
+        text = describe_exception(cause, ctx.candidate_path)
+        if raised_by_generated_code(cause):
+            return generated_code_rejection(ctx, text)
         return ctx.fail(Stage.PROVENANCE, feedback.runtime_error(text), text)
     except Exception as exc:
-        return _unavailable(ctx, f"profiling failed: {type(exc).__name__}: {str(exc)[:300]}")
+        why = f"profiling your forward call failed ({type(exc).__name__}: {str(exc)[:300]})"
+        return _unchecked(ctx, policy, [r for r in (unlisted, why) if r])
     patched = ctx.patched()
     if patched:
         return ctx.fail(Stage.PROVENANCE, patched)
@@ -163,6 +189,8 @@ def check_provenance(ctx: Any, given: ProvenanceInputs) -> Optional[Verdict]:
     if launches is None and (policy != "strict" or not result.ok):  # partial's rule needs the reference
         launches = reference_launches(ctx, given.reference, inputs)
         result = judge(activities, own, launches, policy) if launches is not None else result
+    if unlisted:
+        result = with_reason(result, unlisted)
     _record(d, result)
     if result.ok:
         ctx.provenance = result
@@ -170,11 +198,22 @@ def check_provenance(ctx: Any, given: ProvenanceInputs) -> Optional[Verdict]:
     return ctx.fail(Stage.PROVENANCE, rejection_feedback(result, given.hints()), "; ".join(result.reasons))
 
 
+def _unchecked(ctx: Any, policy: str, reasons: list[str]) -> Verdict:
+    """Provenance could not be judged for a reason on the candidate's side: a rejection."""
+    d = ctx.details
+    d.provenance_ok, d.provenance_reasons = False, list(reasons)
+    d.provenance_summary = f"provenance {policy}: rejected; not checkable: " + "; ".join(reasons)
+    return ctx.fail(Stage.PROVENANCE, unchecked_message(policy, reasons), "; ".join(reasons))
+
+
 def _no_listing(extensions: list[ExtensionKernels]) -> str:
+    """Why no own kernel is known: what the model must fix."""
     if not extensions:
-        return "no load_inline extension was recorded for this candidate"
+        return ("no load_inline extension was recorded for your answer (your own kernels must be compiled "
+                "through torch.utils.cpp_extension.load_inline)")
     notes = "; ".join(n for e in extensions for n in e.notes)
-    return "no kernels could be listed in the candidate's extension" + (f" ({notes})" if notes else "")
+    return ("no CUDA kernel (__global__ function) could be listed in your compiled extension"
+            + (f" ({notes})" if notes else "") + ", so none of the GPU work can be your own")
 
 
 def _unavailable(ctx: Any, reason: str) -> None:

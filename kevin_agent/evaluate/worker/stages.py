@@ -21,8 +21,10 @@ from kevin_agent.evaluate.worker.context import Context, TaskProblem, environmen
 from kevin_agent.evaluate.provenance.policy import profile_feedback
 from kevin_agent.evaluate.worker.correctness import CorrectnessHarness, Fp64Reference, run_correctness, to_device
 from kevin_agent.evaluate.worker.guards import CapturedReferences, snapshot
-from kevin_agent.evaluate.worker.loader import describe_exception, install_build_hook, load_module_from_file
-from kevin_agent.evaluate.worker.provenance import ProvenanceInputs, check_provenance
+from kevin_agent.evaluate.worker.loader import (
+    describe_exception, install_build_hook, load_module_from_file, raised_by_generated_code,
+)
+from kevin_agent.evaluate.worker.provenance import ProvenanceInputs, check_provenance, generated_code_rejection
 from kevin_agent.evaluate.worker.speed_of_light import PeakRates, load_or_measure_peaks, sol_ms, suspicion_reasons
 from kevin_agent.evaluate.worker.timing import Clock, Timer, escape_reason, escape_trials, make_flush, stats_from_samples
 
@@ -91,11 +93,23 @@ def _peaks(cache_dir: Path, ctx: Context) -> PeakRates | None:
 
 
 def _with_denial(text: str, exc: BaseException) -> str:
-    """The error, and when the sandbox refused it, a line saying so (what the model must not do)."""
+    """The error, and when the sandbox refused it (the error or one it chains to), a line saying so."""
     from kevin_agent.evaluate.sandbox import explain_denial
 
-    note = explain_denial(exc)
+    note, current, seen = None, exc, 0  # type: tuple[str | None, BaseException | None, int]
+    while note is None and current is not None and seen < 8:
+        note, current, seen = explain_denial(current), current.__cause__ or current.__context__, seen + 1
     return f"{text}\n{note}" if note else text
+
+
+def _failure(ctx: Context, stage: Stage, exc: BaseException) -> Verdict:
+    """A verdict for an exception out of the candidate's code: a provenance rejection when it came
+    from torch.compile or Triton (generated code, stopped by the sandbox or a failed compile),
+    else a run-time error at ``stage``."""
+    text = _with_denial(describe_exception(exc, ctx.candidate_path), exc)
+    if raised_by_generated_code(exc):
+        return generated_code_rejection(ctx, text)
+    return ctx.fail(stage, feedback.runtime_error(text), text)
 
 
 def confine_candidate(job: WorkerJob, cache_dir: Path) -> str:
@@ -160,8 +174,7 @@ def _load_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, task: Any, in
         if ctx.patched():
             return ctx.fail(Stage.LOAD, ctx.patched() or "")
     except Exception as exc:
-        text = _with_denial(describe_exception(exc, ctx.candidate_path), exc)
-        return ctx.fail(Stage.LOAD, feedback.runtime_error(text), text)
+        return _failure(ctx, Stage.LOAD, exc)
     return candidate
 
 
@@ -176,9 +189,8 @@ def _correctness(ctx: Context, task: Any, reference: Any, candidate: Any) -> Ver
     try:
         result = run_correctness(harness, trials, ctx.settings.seed)
     except Exception as exc:
-        text = _with_denial(describe_exception(exc, ctx.candidate_path), exc)
         ctx.details.trials_total = trials
-        return ctx.fail(Stage.CORRECTNESS, feedback.runtime_error(text), text)
+        return _failure(ctx, Stage.CORRECTNESS, exc)
     d = ctx.details
     d.trials_passed, d.trials_total = result.trials_passed, result.trials_total
     d.max_abs_error, d.max_rel_error = result.max_abs_error, result.max_rel_error
@@ -205,8 +217,7 @@ def _timing(ctx: Context, task: Any, candidate: Any, baseline: Baseline, peaks: 
         synced = stats_from_samples(timer.time_synced(candidate, candidate_inputs, escape_trials(s.timing_trials)))
         escape = escape_reason(d.kernel.median_ms, synced.median_ms, timer.sync_overhead_ms())
     except Exception as exc:
-        text = _with_denial(describe_exception(exc, ctx.candidate_path), exc)
-        return ctx.fail(Stage.TIMING, feedback.runtime_error(text), text)
+        return _failure(ctx, Stage.TIMING, exc)
     patched = ctx.patched()
     if patched:
         return ctx.fail(Stage.CORRECTNESS, patched)
