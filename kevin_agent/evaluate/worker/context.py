@@ -65,8 +65,15 @@ class Context:
         return Verdict(stage, False, message, self.details)
 
     def timing_inputs(self, task: Any) -> Any:
-        """The inputs every timing of this task uses (their own seed, apart from correctness)."""
+        """The inputs the baseline times the reference on (their own seed, apart from correctness)."""
         self.seed_all(self.settings.seed + TIMING_SEED_OFFSET)
+        return to_device(task.get_inputs(), self.device)
+
+    def unpredictable_inputs(self, task: Any) -> Any:
+        """One input set from a seed drawn with os.urandom (the candidate cannot know it)."""
+        import os
+
+        self.seed_all(int.from_bytes(os.urandom(8), "little") >> 1)
         return to_device(task.get_inputs(), self.device)
 
 

@@ -490,6 +490,47 @@ def _one_trial(
     return problems
 
 
+def check_outputs(h: CorrectnessHarness, inputs: Any, got: Any, where: str) -> list[str]:
+    """A kept output of a timed call (a private copy) against the reference on the same inputs:
+    both gates, as in a correctness trial; the problems found."""
+    import torch
+
+    with torch.no_grad():
+        expected = h.reference(*snapshot(inputs))
+    h.synchronize()
+    expected_leaves, got_leaves = flatten_outputs(expected), flatten_outputs(got)
+    if len(got_leaves) != len(expected_leaves):
+        return [f"forward returned {len(got_leaves)} outputs, expected {len(expected_leaves)} ({where})"]
+    result = CorrectnessResult(ok=True, message="", trials_passed=0, trials_total=0)
+    fp64 = _Fp64Leaves(h, inputs, len(expected_leaves), wanted=False)
+    problems = []
+    for index, (exp, out) in enumerate(zip(expected_leaves, got_leaves, strict=True)):
+        problem = _check_leaf(index, exp, out, fp64, result)
+        if problem:
+            problems.append(f"{problem} ({where})")
+    return problems
+
+
+def refill_inputs(staging: Any, source: Any) -> Any:
+    """``source`` copied into ``staging``'s tensors (same shapes); the call's arguments."""
+    import torch
+
+    if isinstance(staging, torch.Tensor) and isinstance(source, torch.Tensor) and staging.shape == source.shape \
+            and staging.dtype == source.dtype:
+        return staging.copy_(source)
+    if isinstance(staging, (list, tuple)) and isinstance(source, (list, tuple)) and len(staging) == len(source):
+        return type(source)(refill_inputs(a, b) for a, b in zip(staging, source, strict=True))
+    return snapshot(source)  # a Python value, or a tensor of another shape: a fresh copy
+
+
+def keep_output(output: Any) -> Any:
+    """A private copy of a timed call's output; raises ``RefusedOutput`` when it is not plain."""
+    plain, problem = plain_outputs(output)
+    if problem:
+        raise RefusedOutput(problem)
+    return plain
+
+
 class _Fp64Leaves:
     """The float64 run's output leaves for one trial, computed at most once and only when asked
     (or on the first trial, so that eager's own error is reported)."""
