@@ -383,3 +383,45 @@ def test_profiling_imports_do_not_look_like_a_patched_manual_seed():
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert "PATCHED []" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+# ---------------------------------------------------------------- the profiled call looks like a timed one (issue 19)
+
+
+def test_the_profiled_call_is_a_rotation_call_at_a_random_position(monkeypatch, tmp_path):
+    from kevin_agent.evaluate.worker.correctness import keep_output, refill_inputs
+    from kevin_agent.evaluate.worker.timing import Rotation
+
+    data = scenario("own_only_add")
+    activities = ProfileTrace.from_dict(data["candidate"]).activities
+    profiled: list[int] = []
+
+    def fake_profile_forward(fn, args, device, handles, keep=None, padding=0):
+        profiled.append(len(calls))
+        fn(*args)
+        return activities
+
+    monkeypatch.setattr(W, "profile_forward", fake_profile_forward)
+    monkeypatch.setattr(W, "profiler_handles", lambda captured: None)
+    monkeypatch.setitem(W._UNAVAILABLE, "reason", None)
+    pool = [(torch.full((8,), float(i)),) for i in range(3)]
+    calls: list[tuple[int, float]] = []
+
+    def candidate(x):
+        calls.append((x.data_ptr(), float(x[0])))
+        return x * 2
+
+    positions = set()
+    for _ in range(12):
+        calls.clear()
+        profiled.clear()
+        rotation = Rotation(pool, (pool[0][0].clone(),), refill_inputs, keep_output, lambda: 0.0, rate=1.0, limit=10)
+        given = W.ProvenanceInputs(Task(), object(), candidate, 1, [build_result(list(data["own_kernels"]))],
+                                   lambda: [], rotation)
+        assert W.check_provenance(make_ctx(tmp_path), given) is None
+        assert len({ptr for ptr, _ in calls}) == 1 and calls[0][0] == rotation.staging[0].data_ptr()
+        assert [v for _, v in calls] == [float(i % 3) for i in range(len(calls))]  # the sets rotate
+        assert 1 <= len(calls) <= 1 + W.PROFILE_LEAD_IN_MAX and profiled == [len(calls) - 1]
+        assert len(rotation.kept) == len(calls)  # the profiled call's output is sampled like the others
+        positions.add(len(calls))
+    assert len(positions) > 1  # 12 draws of 4 equally likely positions: all equal with probability 4^-11

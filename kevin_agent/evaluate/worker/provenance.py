@@ -36,6 +36,7 @@ from kevin_agent.evaluate.worker.guards import CapturedReferences, snapshot
 from kevin_agent.evaluate.worker.loader import describe_exception, raised_by_generated_code
 
 PROVENANCE_SEED_OFFSET = 20_000  # its own inputs, apart from correctness and timing
+PROFILE_LEAD_IN_MAX = 3  # untimed calls before the profiled one: a random count, 0 to this
 HINTS_IN_MESSAGE = 4
 WARM_UP_PROBE = "kevin_warm_up_probe"
 
@@ -103,19 +104,57 @@ def own_kernels(results: Iterable[Any]) -> tuple[OwnKernels, list[ExtensionKerne
     return OwnKernels.from_extensions(extensions), extensions
 
 
-def _profile(fn: Callable[..., Any], inputs: Any, ctx: Any, label: str) -> list[KernelActivity]:
+def _profile(fn: Callable[..., Any], inputs: Any, ctx: Any, label: str,
+             outputs: Optional[list[Any]] = None) -> list[KernelActivity]:
+    """One profiled call of ``fn`` on ``inputs`` (a copy, unless ``outputs`` is given: then the
+    call gets the rotation's staging buffers as timed calls do, and its output is appended)."""
     def guarded(*args: Any) -> Any:
         try:
-            return fn(*args)
+            out = fn(*args)
         except Exception as exc:
             raise CandidateRaised(str(exc)) from exc
+        if outputs is not None:
+            outputs.append(out)
+        return out
 
     keep = Path(ctx.candidate_path).parent / f"profile-{label}.json"
+    call_inputs = (lambda: inputs) if outputs is not None else (lambda: snapshot(inputs))
     try:
-        return profile_forward(guarded, snapshot(inputs), ctx.device, profiler_handles(ctx.captured), keep)
+        return profile_forward(guarded, call_inputs(), ctx.device, profiler_handles(ctx.captured), keep)
     except IncompleteProfile:  # the profiler lost a kernel record: once more, in a new session
-        return profile_forward(guarded, snapshot(inputs), ctx.device, profiler_handles(ctx.captured), keep,
+        if outputs is not None:
+            outputs.clear()
+        return profile_forward(guarded, call_inputs(), ctx.device, profiler_handles(ctx.captured), keep,
                                padding=4 * HEAD_PADDING)
+
+
+def _profile_like_a_timed_call(ctx: Any, given: ProvenanceInputs) -> tuple[Any, list[KernelActivity]]:
+    """(the inputs profiled, the activities). With a rotation (issue 19): a random number of
+    plain calls first, then the profiled one, each on the rotation's next input set in the same
+    staging buffers as the timed calls, its output sampled like theirs: the profiled call is one at
+    a random position among calls the candidate cannot tell apart."""
+    rotation = given.rotation
+    if rotation is None:
+        inputs = provenance_inputs(ctx, given.task)
+        return inputs, _profile(given.candidate, inputs, ctx, "candidate")
+    import secrets
+
+    import torch
+
+    with torch.no_grad():
+        for _ in range(secrets.randbelow(PROFILE_LEAD_IN_MAX + 1)):
+            index, args = rotation.next_args()
+            try:
+                out = given.candidate(*args)
+            except Exception as exc:
+                raise CandidateRaised(str(exc)) from exc
+            rotation.returned(index, out)
+    index, args = rotation.next_args()
+    outputs: list[Any] = []
+    activities = _profile(given.candidate, args, ctx, "candidate", outputs)
+    if outputs:
+        rotation.returned(index, outputs[-1])
+    return snapshot(args), activities
 
 
 def reference_launches(ctx: Any, reference: Any, inputs: Any) -> Optional[int]:
@@ -139,6 +178,7 @@ class ProvenanceInputs:
     reference_kernels: Optional[int]  # from the baseline, when it measured them
     extensions: Sequence[Any]  # BuildResults the load_inline hook recorded
     hints: Callable[[], list[str]]  # static hints about the source (only computed on rejection)
+    rotation: Any = None  # the timing's Rotation: profile a call that looks like a timed one
 
 
 def resolved_policy(settings: Any) -> str:
@@ -169,9 +209,8 @@ def check_provenance(ctx: Any, given: ProvenanceInputs) -> Optional[Verdict]:
         return None
     own, extensions = own_kernels(given.extensions)
     unlisted = None if own else _no_listing(extensions)
-    inputs = provenance_inputs(ctx, given.task)
     try:
-        activities = _profile(given.candidate, inputs, ctx, "candidate")
+        inputs, activities = _profile_like_a_timed_call(ctx, given)
     except CandidateRaised as exc:
         cause = exc.__cause__ or exc
         text = describe_exception(cause, ctx.candidate_path)

@@ -64,14 +64,19 @@ def _evaluate_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, loaded: t
     verdict = _correctness(ctx, task, reference, candidate)
     if verdict is not None:
         return verdict
-    verdict = check_provenance(ctx, ProvenanceInputs(task, reference, candidate, baseline.reference_kernels,
-                                                     ctx.extensions, lambda: _hints(job.candidate_source, job.task_source)))
+    rotation = timing_rotation(ctx, task)
+    try:
+        verdict = check_provenance(ctx, ProvenanceInputs(
+            task, reference, candidate, baseline.reference_kernels, ctx.extensions,
+            lambda: _hints(job.candidate_source, job.task_source), rotation))
+    except RefusedOutput as refused:
+        return ctx.fail(Stage.CORRECTNESS, feedback.incorrect(f"{refused} (a timed call)"), str(refused))
     if verdict is not None:
         return verdict  # rejected by what ran on the GPU: no timing spent
     if ctx.settings.timing_trials <= 0:
         message = _with_profile(feedback.correct_untimed(), ctx)
         return Verdict(Stage.PROVENANCE, True, message, ctx.details)
-    return _timing(ctx, task, candidate, baseline, peaks, reference)
+    return _timing(ctx, candidate, baseline, peaks, reference, rotation)
 
 
 def _hints(source: str, task_source: str) -> list[str]:
@@ -228,19 +233,19 @@ def _timed_problems(ctx: Context, reference: Any, rotation: Rotation) -> list[st
     return problems
 
 
-def _timing(ctx: Context, task: Any, candidate: Any, baseline: Baseline, peaks: PeakRates | None,
-            reference: Any = None) -> Verdict:
+def _timing(ctx: Context, candidate: Any, baseline: Baseline, peaks: PeakRates | None, reference: Any,
+            rotation: Rotation) -> Verdict:
     """The candidate timed (adaptive trials, L2 flushed) against the baseline's medians, on input
-    sets rotated per call; a random sample of the timed outputs checked against the reference."""
+    sets rotated per call; a random sample of the timed outputs (and of the profiled call's)
+    checked against the reference."""
     s, d = ctx.settings, ctx.details
-    rotation = timing_rotation(ctx, task)
     timer = Timer(ctx.clock, ctx.flush)
     d.eager, d.compiled, d.torch_compile_seconds = baseline.eager, baseline.compiled, baseline.torch_compile_seconds
     try:
         d.kernel = stats_from_samples(timer.time_adaptive(candidate, rotation, s.timing_trials, s.warmup_trials))
         synced = stats_from_samples(timer.time_synced(candidate, rotation, escape_trials(s.timing_trials)))
         escape = escape_reason(d.kernel.median_ms, synced.median_ms, timer.sync_overhead_ms())
-        problems = _timed_problems(ctx, reference, rotation) if reference is not None else []
+        problems = _timed_problems(ctx, reference, rotation)
     except RefusedOutput as refused:
         return ctx.fail(Stage.CORRECTNESS, feedback.incorrect(f"{refused} (a timed call)"), str(refused))
     except Exception as exc:
