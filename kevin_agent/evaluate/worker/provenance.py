@@ -29,7 +29,7 @@ from kevin_agent.evaluate.provenance.policy import (
     DEFAULT_POLICY, POLICIES, ProvenanceResult, generated_code_message, judge, unchecked_message, with_reason,
 )
 from kevin_agent.evaluate.provenance.profile import HEAD_PADDING, IncompleteProfile, ProfilerHandles, profile_forward
-from kevin_agent.evaluate.provenance.symbols import ExtensionKernels, list_kernels
+from kevin_agent.evaluate.provenance.symbols import ExtensionKernels, list_kernels, source_kernels
 from kevin_agent.evaluate.provenance.trace import KernelActivity, launch_count
 from kevin_agent.evaluate.worker.correctness import to_device
 from kevin_agent.evaluate.worker.guards import CapturedReferences, snapshot
@@ -101,7 +101,11 @@ def own_kernels(results: Iterable[Any]) -> tuple[OwnKernels, list[ExtensionKerne
         raw = getattr(result, "kernels", None)
         listings[path] = ExtensionKernels.from_dict(raw) if raw else list_kernels(path)
     extensions = list(listings.values())
-    return OwnKernels.from_extensions(extensions), extensions
+    own = OwnKernels.from_extensions(extensions)
+    defined = [source_kernels(path) for path in listings]
+    if own and defined and all(d is not None for d in defined):  # every build's sources are there
+        own = own.from_sources(set().union(*(d for d in defined if d is not None)))
+    return own, extensions
 
 
 def _profile(fn: Callable[..., Any], inputs: Any, ctx: Any, label: str,
