@@ -39,8 +39,8 @@ def sets(count: int = 3, seed: int = 0) -> list[tuple[Any, ...]]:
     return [(torch.randn(32, 16, generator=gen), torch.randn(16, 8, generator=gen)) for _ in range(count)]
 
 
-def rotation(pool, draw=lambda: 0.0, limit: int = 3) -> Rotation:
-    return Rotation(pool, tuple(t.clone() for t in pool[0]), refill_inputs, keep_output, draw, rate=0.5, limit=limit)
+def rotation(pool, draw=lambda: 0.999, limit: int = 3) -> Rotation:
+    return Rotation(pool, tuple(t.clone() for t in pool[0]), refill_inputs, keep_output, draw, limit=limit)
 
 
 def harness() -> CorrectnessHarness:
@@ -112,11 +112,27 @@ def test_the_sample_is_drawn_after_each_call_returns():
 
     def draw() -> float:
         order.append("draw")
-        return 1.0  # never kept
+        return 0.999  # past the first `limit` calls: never replaces one
 
-    rot = rotation(sets(), draw=draw)
+    rot = rotation(sets(), draw=draw, limit=2)
     Timer(cpu_clock(), lambda: None).time(candidate, rot, 4, warmup=1)
-    assert order == ["call", "draw"] * 5 and rot.kept == []
+    assert order == ["call", "draw"] * 5 and [i for i, _ in rot.kept] == [0, 1]
+
+
+def test_the_sample_is_uniform_over_all_calls_not_the_first_ones():
+    """Reservoir sampling: late calls are as likely to be checked as early ones (a cheat that
+    starts after the first few calls is not safe)."""
+    import random
+
+    rng = random.Random(5)
+    late = 0
+    for _ in range(400):
+        rot = Rotation([(torch.zeros(1),)], (torch.zeros(1),), refill_inputs, lambda out: out, rng.random, limit=4)
+        for _ in range(40):
+            index, _args = rot.next_args()
+            rot.returned(index, rot.calls)  # the "output" is the call's number
+        late += sum(1 for _, call in rot.kept if call > 20)
+    assert 0.4 < late / (400 * 4) < 0.6  # 20 of 40 calls are late: about half the sample
 
 
 def test_at_most_the_limit_is_kept_and_kept_outputs_are_private_copies():

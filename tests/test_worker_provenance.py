@@ -415,7 +415,7 @@ def test_the_profiled_call_is_a_rotation_call_at_a_random_position(monkeypatch, 
     for _ in range(12):
         calls.clear()
         profiled.clear()
-        rotation = Rotation(pool, (pool[0][0].clone(),), refill_inputs, keep_output, lambda: 0.0, rate=1.0, limit=10)
+        rotation = Rotation(pool, (pool[0][0].clone(),), refill_inputs, keep_output, lambda: 0.0, limit=10)
         given = W.ProvenanceInputs(Task(), object(), candidate, 1, [build_result(list(data["own_kernels"]))],
                                    lambda: [], rotation)
         assert W.check_provenance(make_ctx(tmp_path), given) is None

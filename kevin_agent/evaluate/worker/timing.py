@@ -25,11 +25,11 @@ ESCAPE_RATIO = 0.5  # event-only median below this fraction of the synced one: s
 ESCAPE_MIN_GAP_MS = 0.01  # ignore gaps smaller than this (launch and wake-up noise)
 # Timed calls (issue 19): each is called on the staging buffers holding the next input set of a
 # small pool (seeds from os.urandom), so an answer that remembers outputs by address returns the
-# wrong set's; after a call returns, it is kept for checking with this probability (at most
-# TIMED_SAMPLES_MAX per job: each check costs a reference forward).
+# wrong set's. After each call returns, a draw decides whether its output joins a uniform random
+# sample (reservoir) of TIMED_SAMPLES calls, checked at the end: each check costs a reference
+# forward. An answer wrong on a share f of the calls escapes with probability (1 - f)^4.
 TIMING_POOL_SETS = 3
-TIMED_SAMPLE_RATE = 0.08
-TIMED_SAMPLES_MAX = 3
+TIMED_SAMPLES = 4
 
 
 def median_interval(sorted_ms: Sequence[float]) -> tuple[float, float]:
@@ -140,8 +140,7 @@ class Rotation:
     refill: Callable[[Any, Any], Any]  # (staging, input set) -> the call's arguments (the set copied in)
     keep: Callable[[Any], Any]  # output -> a private copy (or raises what is wrong with it)
     draw: Callable[[], float]  # uniform [0, 1) from a source the candidate cannot predict
-    rate: float = TIMED_SAMPLE_RATE
-    limit: int = TIMED_SAMPLES_MAX
+    limit: int = TIMED_SAMPLES
     kept: list[tuple[int, Any]] = field(default_factory=list)  # (pool index, output copy)
     calls: int = 0
 
@@ -151,8 +150,12 @@ class Rotation:
         return index, self.refill(self.staging, self.pool[index])
 
     def returned(self, index: int, output: Any) -> None:
-        if len(self.kept) < self.limit and self.draw() < self.rate:
+        """Reservoir sampling over every call so far, decided after the call returned."""
+        slot = int(self.draw() * self.calls)
+        if len(self.kept) < self.limit:
             self.kept.append((index, self.keep(output)))
+        elif slot < self.limit:
+            self.kept[slot] = (index, self.keep(output))
 
 
 class Timer:
