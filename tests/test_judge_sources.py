@@ -76,3 +76,15 @@ def test_without_sources_the_listing_decides_as_before(tmp_path):
     own, _ = W.own_kernels([result])
     assert set(own.names) == {MINE, DISGUISED}
     assert Path(so).parent.exists() is False
+
+
+def test_every_judge_gpu_probe_parses_and_has_a_readme_row():
+    import ast
+
+    folder = Path(__file__).parent / "fixtures" / "judge_gpu"
+    readme = (folder / "README.md").read_text()
+    probes = sorted(p for p in folder.glob("*.py") if not p.stem.endswith("_task"))
+    assert [p.stem for p in probes] == ["counts_calls", "kernel_in_string", "thread_offload"]
+    for path in probes:
+        ast.parse(path.read_text())
+        assert f"`{path.stem}`" in readme, path.name

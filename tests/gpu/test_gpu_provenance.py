@@ -149,6 +149,24 @@ def test_a_kernel_only_in_a_string_is_rejected_not_unchecked(worker_pool, prov_c
     assert not any(r.startswith("provenance not checked") for r in verdict.details.suspicious_reasons)
 
 
+def test_work_handed_to_a_helper_thread_is_attributed(worker_pool, prov_cache):
+    """Issue 19: launches from every thread of the process count, not only the forward's own."""
+    verdict, result = run(worker_pool, prov_cache, prov_task("mm"), (JUDGE / "thread_offload.py").read_text(),
+                          "judge/thread_offload")
+    assert (verdict.stage, verdict.ok) == (Stage.PROVENANCE, False), describe(verdict, result)
+    foreign = [k for k in verdict.details.kernels if k["origin"] != "own" and k["role"] == "compute"]
+    assert foreign and any(k["origin"] == "own" for k in verdict.details.kernels), verdict.details.kernels
+
+
+def test_an_answer_that_stops_working_after_the_checked_calls_fails_on_a_timed_call(worker_pool, prov_cache):
+    """Issue 19: outputs of timed calls (and of the profiled one) are sampled and checked; every
+    call after the seventh is wrong here, so any sample catches it."""
+    verdict, result = run(worker_pool, prov_cache, prov_task("mm"), (JUDGE / "counts_calls.py").read_text(),
+                          "judge/counts_calls")
+    assert (verdict.stage, verdict.ok) == (Stage.CORRECTNESS, False), describe(verdict, result)
+    assert "timed call" in verdict.message and not verdict.correct
+
+
 # ---------------------------------------------------------------- own kernels: accepted by both policies
 
 
