@@ -283,3 +283,10 @@ def test_outputs_are_private_copies():
     assert torch.equal(copied[0], torch.arange(6.0).reshape(2, 3).t())
     param, _ = plain_outputs(torch.nn.Parameter(torch.ones(2)))
     assert type(param) is torch.Tensor and not param.requires_grad
+
+
+def test_torchs_named_results_are_plain_tuples():
+    from kevin_agent.evaluate.worker.correctness import plain_outputs
+
+    copied, problem = plain_outputs(torch.max(torch.randn(3, 4), dim=1))
+    assert problem is None and type(copied) is tuple and len(copied) == 2

@@ -226,7 +226,8 @@ def plain_outputs(value: Any, path: str = "output") -> tuple[Any, str | None]:
     import torch
 
     kind = type(value)
-    if kind in (list, tuple):
+    if kind in (list, tuple) or isinstance(value, tuple) and kind.__module__ == "torch.return_types":
+        kind = list if kind is list else tuple  # torch's named results (torch.max(x, 1)) read as tuples
         copied = []
         for index, item in enumerate(value):
             plain, problem = plain_outputs(item, f"{path}[{index}]")
