@@ -16,7 +16,8 @@ from kevin_agent.evaluate.worker import provenance as W
 MINE = "_Z9my_kernelPKfPfi"
 MINE_D = "my_kernel(float const*, float*, int)"
 ATEN = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_13AddFunctorIfEESt5arrayIPcLm3EEEEviT0_T1_"
-ATEN_D = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>, std::array<char*, 3ul> >(int, at::native::AddFunctor<float>, std::array<char*, 3ul>)"
+ATEN_D = ("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>, std::array<char*, 3ul> >"
+          "(int, at::native::AddFunctor<float>, std::array<char*, 3ul>)")
 DISGUISED = "_Z10add_kernelPKfS0_Pfi"  # own-looking name, defined in an included header, not the answer
 DISGUISED_D = "add_kernel(float const*, float const*, float*, int)"
 DEMANGLED = {MINE: MINE_D, ATEN: ATEN_D, DISGUISED: DISGUISED_D}
@@ -58,7 +59,8 @@ def test_strict_rejects_header_kernels_under_an_own_looking_name_partial_allows_
 def test_the_worker_reads_the_sources_next_to_each_build(tmp_path):
     folder = tmp_path / "entry" / "split"
     folder.mkdir(parents=True)
-    (folder / "kernels.cu").write_text('#include "helpers.cuh"\n__global__ void my_kernel(const float* x, float* y, int n) {}\n')
+    (folder / "kernels.cu").write_text('#include "helpers.cuh"\n'
+                                       "__global__ void my_kernel(const float* x, float* y, int n) {}\n")
     (folder / "main.cpp").write_text("torch::Tensor run(torch::Tensor x);\n")
     so = str(folder / "kevin_x.so")
     result = BuildResult(ok=True, seconds=1.0, cache_hit=True, log_path=None, errors=None, path="split",

@@ -11,9 +11,12 @@ from kevin_agent.evaluate.provenance.trace import activities_from_chrome_trace, 
 
 MAIN, HELPER = 100, 200
 OWN = "void add_kernel<float>(float const*, float const*, float*, int)"
-TORCH_MM = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)"
-PAD = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)"
-SGEMM = "sm90_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas"
+TORCH_MM = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+            "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)")
+PAD = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >"
+       "(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)")
+SGEMM = ("sm90_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4"
+         "_execute_kernel__5x_cublas")
 
 
 def span(name: str, tid: int, ts: float, dur: float, cat: str = "cpu_op") -> dict[str, Any]:

@@ -12,7 +12,12 @@ import pytest
 import torch
 
 from kevin_agent.evaluate.worker.correctness import (
-    CorrectnessHarness, Fp64Reference, RefusedOutput, check_outputs, keep_output, refill_inputs,
+    CorrectnessHarness,
+    Fp64Reference,
+    RefusedOutput,
+    check_outputs,
+    keep_output,
+    refill_inputs,
 )
 from kevin_agent.evaluate.worker.timing import Clock, Rotation, Timer
 
@@ -46,7 +51,7 @@ def rotation(pool, draw=lambda: 0.999, limit: int = 3) -> Rotation:
 def harness() -> CorrectnessHarness:
     reference = Product()
     return CorrectnessHarness(reference=reference, candidate=None, get_inputs=list, device="cpu",  # type: ignore[arg-type]
-                              seed_all=torch.manual_seed, synchronize=lambda: None, poison=lambda: 0,
+                              seed_all=lambda seed: None, synchronize=lambda: None, poison=lambda: 0,
                               reference64=Fp64Reference(reference))
 
 

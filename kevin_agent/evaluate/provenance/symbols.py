@@ -91,7 +91,8 @@ def list_kernels(path: str) -> ExtensionKernels:
 
 # A __global__ definition or declaration in C++/CUDA text: the identifier before the parameter
 # list, after the return type, qualifiers and an optional __launch_bounds__(...).
-_GLOBAL_DEF = re.compile(r"\b__global__\b(?:[^;{}()]|__launch_bounds__\s*\([^()]*\))*?\b(?!__launch_bounds__\b)([A-Za-z_]\w*)\s*\(")
+_GLOBAL_DEF = re.compile(r"\b__global__\b(?:[^;{}()]|__launch_bounds__\s*\([^()]*\))*?"
+                         r"\b(?!__launch_bounds__\b)([A-Za-z_]\w*)\s*\(")
 SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp")
 
 

@@ -272,7 +272,7 @@ def capture_module_state(module_names: Iterable[str]) -> dict[str, Any]:
                 continue
             try:
                 state[f"{module_name}.{name}"] = copy.deepcopy(value)
-            except Exception:  # noqa: S112  (an uncopyable value is not a constant of ours)
+            except Exception:  # an uncopyable value is not a constant of ours
                 continue
     return state
 

@@ -20,7 +20,8 @@ from kevin_agent.evaluate.worker.baseline import measure_baseline
 from kevin_agent.evaluate.worker.context import Context, TaskProblem, environment_details, load_reference
 from kevin_agent.evaluate.provenance.policy import profile_feedback
 from kevin_agent.evaluate.worker.correctness import (
-    CorrectnessHarness, Fp64Reference, RefusedOutput, check_outputs, keep_output, refill_inputs, run_correctness, to_device,
+    CorrectnessHarness, Fp64Reference, RefusedOutput, check_outputs, keep_output, refill_inputs, run_correctness,
+    to_device,
 )
 from kevin_agent.evaluate.worker.guards import CapturedReferences, snapshot
 from kevin_agent.evaluate.worker.loader import (
