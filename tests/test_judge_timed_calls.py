@@ -188,3 +188,13 @@ def test_timing_pools_come_from_unpredictable_seeds(tmp_path):
     firsts = [s[0] for s in first.pool] + [s[0] for s in second.pool]
     assert len(first.pool) >= 2
     assert all(not torch.equal(x, y) for i, x in enumerate(firsts) for y in firsts[i + 1:])
+
+
+def test_the_device_is_settled_before_each_refill_and_each_kept_copy():
+    """Work a call left on another stream (the side_stream adversary) must neither read inputs
+    half-refilled for the next call nor be copied unfinished: the escape check judges it."""
+    order: list[str] = []
+    rot = Rotation(sets(), tuple(t.clone() for t in sets()[0]), refill_inputs, keep_output, lambda: 0.999, limit=1,
+                   settle=lambda: order.append("settle"))
+    Timer(cpu_clock(), lambda: None).time(lambda a, b: order.append("call") or a @ b, rot, 2, warmup=0)
+    assert order == ["settle", "call", "settle", "settle", "call"]  # refill, call, keep; refill, call

@@ -220,7 +220,8 @@ def timing_rotation(ctx: Context, task: Any) -> Rotation:
     import random
 
     pool = [tuple(ctx.unpredictable_inputs(task)) for _ in range(TIMING_POOL_SETS)]
-    return Rotation(pool, snapshot(pool[0]), refill_inputs, keep_output, random.SystemRandom().random)
+    return Rotation(pool, snapshot(pool[0]), refill_inputs, keep_output, random.SystemRandom().random,
+                    settle=ctx.clock.synchronize)
 
 
 def _timed_problems(ctx: Context, reference: Any, rotation: Rotation) -> list[str]:

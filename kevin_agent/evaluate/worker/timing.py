@@ -141,21 +141,28 @@ class Rotation:
     keep: Callable[[Any], Any]  # output -> a private copy (or raises what is wrong with it)
     draw: Callable[[], float]  # uniform [0, 1) from a source the candidate cannot predict
     limit: int = TIMED_SAMPLES
+    settle: Callable[[], None] = lambda: None  # whole-device synchronize: work left on other streams ends
     kept: list[tuple[int, Any]] = field(default_factory=list)  # (pool index, output copy)
     calls: int = 0
 
     def next_args(self) -> tuple[int, Any]:
+        """The next set in the staging buffers, once the device is idle (work a previous call left
+        on another stream must not read half-refilled inputs: the escape check judges that)."""
         index = self.calls % len(self.pool)
         self.calls += 1
+        self.settle()
         return index, self.refill(self.staging, self.pool[index])
 
     def returned(self, index: int, output: Any) -> None:
         """Reservoir sampling over every call so far, decided after the call returned."""
         slot = int(self.draw() * self.calls)
-        if len(self.kept) < self.limit:
-            self.kept.append((index, self.keep(output)))
-        elif slot < self.limit:
-            self.kept[slot] = (index, self.keep(output))
+        if len(self.kept) < self.limit or slot < self.limit:
+            self.settle()  # as correctness does: the whole device done before the output is read
+            kept = (index, self.keep(output))
+            if len(self.kept) < self.limit:
+                self.kept.append(kept)
+            else:
+                self.kept[slot] = kept
 
 
 class Timer:
