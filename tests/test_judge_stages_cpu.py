@@ -17,7 +17,7 @@ from kevin_agent.evaluate.api import EvalSettings
 from kevin_agent.evaluate.protocol import Baseline, WorkerJob
 from kevin_agent.evaluate.worker import guards, stages
 from kevin_agent.evaluate.worker.context import Context, load_reference
-from test_judge_timed_calls import cpu_clock
+from kevin_agent.evaluate.worker.timing import wall_clock
 
 TASK = """
 import torch
@@ -85,7 +85,7 @@ def judge(source: str, tmp_path: Path) -> Any:
     settings = EvalSettings(sandbox="off", correctness_trials=2, timing_trials=20, warmup_trials=2,
                             with_torch_compile=False)
     captured = guards.capture_references(own_modules=())
-    ctx = CpuContext(captured, cpu_clock(), "cpu", settings, VerdictDetails(), tmp_path / "candidate.py",
+    ctx = CpuContext(captured, wall_clock(), "cpu", settings, VerdictDetails(), tmp_path / "candidate.py",
                      flush=lambda: None)
     task, reference, init_inputs = load_reference(TASK, tmp_path, ctx)
     job = WorkerJob(TASK, source, tmp_path / "result.json", settings, cache_dir=tmp_path / "cache")

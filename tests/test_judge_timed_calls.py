@@ -5,7 +5,6 @@ a CPU stand-in for CUDA events (the only double: everything else is the worker's
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -19,19 +18,11 @@ from kevin_agent.evaluate.worker.correctness import (
     keep_output,
     refill_inputs,
 )
-from kevin_agent.evaluate.worker.timing import Clock, Rotation, Timer
-
-
-class _Event:
-    def __init__(self, enable_timing: bool = True) -> None:
-        self.at = 0.0
+from kevin_agent.evaluate.worker.timing import Clock, Rotation, Timer, wall_clock
 
 
 def cpu_clock() -> Clock:
-    def record(event: _Event, stream: Any = None) -> None:
-        event.at = time.perf_counter()
-
-    return Clock(_Event, record, lambda a, b: (b.at - a.at) * 1000.0, lambda: None, time.perf_counter, None)
+    return wall_clock()
 
 
 class Product(torch.nn.Module):
@@ -196,5 +187,9 @@ def test_the_device_is_settled_before_each_refill_and_each_kept_copy():
     order: list[str] = []
     rot = Rotation(sets(), tuple(t.clone() for t in sets()[0]), refill_inputs, keep_output, lambda: 0.999, limit=1,
                    settle=lambda: order.append("settle"))
-    Timer(cpu_clock(), lambda: None).time(lambda a, b: order.append("call") or a @ b, rot, 2, warmup=0)
+    def candidate(a, b):
+        order.append("call")
+        return a @ b
+
+    Timer(cpu_clock(), lambda: None).time(candidate, rot, 2, warmup=0)
     assert order == ["settle", "call", "settle", "settle", "call"]  # refill, call, keep; refill, call

@@ -242,6 +242,22 @@ class Timer:
         return c.perf_counter() - started
 
 
+class _WallEvent:
+    def __init__(self, enable_timing: bool = True) -> None:
+        self.at = 0.0
+
+
+def wall_clock() -> Clock:
+    """A ``Clock`` on the host's ``time.perf_counter`` instead of CUDA events: the stages on a
+    machine without a GPU (CPU tests of the worker's wiring)."""
+    import time
+
+    def record(event: _WallEvent, stream: Any = None) -> None:
+        event.at = time.perf_counter()
+
+    return Clock(_WallEvent, record, lambda a, b: (b.at - a.at) * 1000.0, lambda: None, time.perf_counter, None)
+
+
 def _next(args: Any) -> tuple[int, Any]:
     return args.next_args() if isinstance(args, Rotation) else (0, args)
 
