@@ -5,6 +5,7 @@ eager's own error is reported next to the candidate's."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kevin_agent.evaluate.worker.correctness import (
@@ -196,3 +197,96 @@ def test_reference_varying_beyond_the_tolerance_flags_a_constant_inside_it():
     middle = torch.full((64,), 0.75e-4)
     assert compare_output(0, reference, middle).problem is None
     assert "constant" in constant_problem(0, reference, middle)
+
+
+# ---------------------------------------------------------------- the output's scale bounds gate 2 (issue 19)
+
+
+def test_fp64_rms_bound_fixed_numbers():
+    from kevin_agent.evaluate.worker.correctness import fp64_rms_bound
+
+    # well conditioned (a K=4096 matmul: outputs ~64, eager's RMS error 1e-5): 10x eager's error
+    assert fp64_rms_bound(1e-5, 64.0, 1e-4, 1e-4) == pytest.approx(1e-4 + 1e-5)
+    # ill conditioned (outputs ~1e-3, eager's own error 1e-2 from cancellation): 2x eager's, not 10x
+    assert fp64_rms_bound(1e-2, 1e-3, 1e-4, 1e-4) == pytest.approx(2e-2 + 1e-5)
+    # in between: the scale decides (outputs ~1, eager 1e-3: atol + 10 * rtol * 1 = 1.1e-3)
+    assert fp64_rms_bound(1e-3, 1.0, 1e-4, 1e-4) == pytest.approx(2e-3 + 1e-5)
+    assert fp64_rms_bound(2e-4, 1.0, 1e-4, 1e-4) == pytest.approx(1.1e-3 + 1e-5)
+
+
+def test_an_ill_conditioned_reference_does_not_widen_gate_two():
+    """Eager's own error (RMS 1e-2) dwarfs the outputs (RMS 1e-3): 5x eager's error used to pass
+    the 10x rule; against the output's scale it is far too large."""
+    from kevin_agent.evaluate.worker.correctness import judge_fp64
+
+    gen = torch.Generator().manual_seed(7)
+    truth = 1e-3 * torch.randn(4096, generator=gen, dtype=torch.float64)
+    eager = (truth + 1e-2 * torch.randn(4096, generator=gen, dtype=torch.float64)).float()
+    five_times = (truth + 5e-2 * torch.randn(4096, generator=gen, dtype=torch.float64)).float()
+    judged = judge_fp64(eager, five_times, truth)
+    assert judged is not None and not judged.ok, judged
+    like_eager = (truth + 1e-2 * torch.randn(4096, generator=gen, dtype=torch.float64)).float()
+    assert judge_fp64(eager, like_eager, truth).ok  # another order, eager's own error: still passes
+
+
+# ---------------------------------------------------------------- outputs: exact torch.Tensor, dense, copied
+
+
+class _LyingTensor(torch.Tensor):
+    """An output whose operators the candidate wrote: every comparison says "equal"."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        result = super().__torch_function__(func, types, args, kwargs or {})
+        if isinstance(result, torch.Tensor) and result.dtype == torch.bool:
+            with torch._C.DisableTorchFunctionSubclass():
+                return torch.ones(tuple(result.shape), dtype=torch.bool)
+        return result
+
+
+class _Returns(torch.nn.Module):
+    def __init__(self, make):
+        super().__init__()
+        self.make = make
+
+    def forward(self, a, b):
+        return self.make(a, b)
+
+
+@pytest.mark.parametrize("make, why", [
+    (lambda a, b: torch.zeros(M, N).as_subclass(_LyingTensor), "tensor subclass"),
+    (lambda a, b: (a @ b).to_sparse(), "not a dense tensor"),
+    (lambda a, b: {"out": a @ b}, "not a tensor"),
+    (lambda a, b: [a @ b, "text"], "output[1] is a builtins.str"),
+])
+def test_outputs_that_are_not_plain_dense_tensors_are_refused(make, why):
+    result = run_correctness(matmul_harness(_Returns(make)), 1, 0)
+    assert not result.ok and why in result.message, result.message
+
+
+def test_a_tensor_subclass_that_would_pass_as_zeros_is_refused_not_compared():
+    from kevin_agent.evaluate.worker.correctness import compare_output
+
+    lying = torch.zeros(4).as_subclass(_LyingTensor)
+    assert compare_output(0, torch.ones(4), lying).problem is None  # what the subclass could do unchecked
+    assert run_correctness(matmul_harness(_Returns(lambda a, b: torch.zeros(M, N).as_subclass(_LyingTensor))),
+                           1, 0).trials_passed == 0
+
+
+def test_outputs_are_private_copies():
+    from kevin_agent.evaluate.worker.correctness import plain_outputs
+
+    kept = torch.arange(6.0).reshape(2, 3).t()  # not contiguous
+    copied, problem = plain_outputs((kept, 3))
+    assert problem is None and copied[1] == 3 and copied[0].is_contiguous()
+    kept.add_(100.0)  # the candidate changes what it returned, later
+    assert torch.equal(copied[0], torch.arange(6.0).reshape(2, 3).t())
+    param, _ = plain_outputs(torch.nn.Parameter(torch.ones(2)))
+    assert type(param) is torch.Tensor and not param.requires_grad
+
+
+def test_torchs_named_results_are_plain_tuples():
+    from kevin_agent.evaluate.worker.correctness import plain_outputs
+
+    copied, problem = plain_outputs(torch.max(torch.randn(3, 4), dim=1))
+    assert problem is None and type(copied) is tuple and len(copied) == 2

@@ -146,24 +146,58 @@ def test_strict_profiles_the_reference_only_to_say_what_partial_would_do(profile
     assert profiled["calls"] == ["candidate"]  # accepted: no reference profile needed
 
 
-def test_profiler_failure_flags_suspicious_instead_of_rejecting(profiled, tmp_path):
+def test_a_failed_profile_of_the_candidates_call_rejects_it(profiled, tmp_path):
+    """Fail closed: the worker's profiler worked at start-up, so a profile of the candidate's call
+    that fails is on the candidate's side (it could break CUPTI on purpose): rejected, not flagged."""
     profiled["candidate"] = RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
-    ctx = make_ctx(tmp_path)
-    assert run(ctx, "own_only_add", 1) is None
-    assert ctx.details.suspicious and "provenance not checked: profiling failed" in ctx.details.suspicious_reasons[0]
-    assert ctx.provenance is None
+    for policy in ("strict", "partial"):
+        ctx = make_ctx(tmp_path, policy)
+        verdict = run(ctx, "own_only_add", 1)
+        assert verdict is not None and verdict.stage is Stage.PROVENANCE and not verdict.correct
+        assert "could not be checked" in verdict.message and "CUPTI_ERROR_NOT_INITIALIZED" in verdict.message
+        assert f"policy {policy}" in verdict.message and ctx.details.provenance_ok is False
+        assert ctx.provenance is None and not ctx.details.suspicious
 
 
-def test_unavailable_profiler_and_missing_listing_flag_suspicious(profiled, monkeypatch, tmp_path):
+def test_unavailable_profiler_at_worker_start_flags_suspicious(profiled, monkeypatch, tmp_path):
+    """The profiler failed before any candidate code ran (no CUPTI on this host): the environment's
+    fault, flagged "not checked" so the answer never counts as best."""
     monkeypatch.setitem(W._UNAVAILABLE, "reason", "the profiler recorded no GPU work")
     ctx = make_ctx(tmp_path)
     assert run(ctx, "own_only_add", 1) is None and ctx.details.suspicious
-    monkeypatch.setitem(W._UNAVAILABLE, "reason", None)
-    ctx = make_ctx(tmp_path)
-    given = W.ProvenanceInputs(Task(), object(), object(), 1, [], lambda: [])
-    assert W.check_provenance(ctx, given) is None
-    assert "no load_inline extension was recorded" in ctx.details.suspicious_reasons[0]
+    assert ctx.details.suspicious_reasons[0].startswith("provenance not checked")
     assert profiled["calls"] == []
+
+
+@pytest.mark.parametrize("policy", ["strict", "partial"])
+@pytest.mark.parametrize("extensions, why", [
+    ([], "no load_inline extension was recorded"),
+    ([build_result([])], "no CUDA kernel (__global__ function) could be listed"),
+])
+def test_no_listed_own_kernel_is_rejected_under_both_policies(profiled, tmp_path, policy, extensions, why):
+    """Fail closed (issue 17): KernelBench's non_default_stream_kernel (cuBLAS on a side stream, no
+    kernel of its own) and a CUDA kernel kept only in a string (nothing compiled) were judged
+    correct with "provenance not checked". Recorded: an own-looking kernel name ran, but nothing
+    in the extension lists it, so it is not own; the trace is still profiled for the table."""
+    load(profiled, "own_only_add")
+    ctx = make_ctx(tmp_path, policy)
+    verdict = W.check_provenance(ctx, W.ProvenanceInputs(Task(), object(), object(), 1, extensions, lambda: []))
+    assert verdict is not None and verdict.stage is Stage.PROVENANCE and not verdict.ok and not verdict.correct
+    assert why in verdict.message and "kernel provenance check rejected it" in verdict.message
+    d = ctx.details
+    assert d.provenance_ok is False and d.provenance_reasons[0].startswith(why.split(" (")[0])
+    assert not any(r.startswith("provenance not checked") for r in d.suspicious_reasons)
+    assert d.kernels and all(k["origin"] != "own" for k in d.kernels)
+    assert profiled["calls"] == ["candidate"]
+
+
+def test_no_listed_own_kernel_and_a_failed_profile_give_both_reasons(profiled, tmp_path):
+    profiled["candidate"] = RuntimeError("boom")
+    ctx = make_ctx(tmp_path)
+    verdict = W.check_provenance(ctx, W.ProvenanceInputs(Task(), object(), object(), 1, [build_result([])],
+                                                         lambda: []))
+    assert verdict is not None and not verdict.correct
+    assert "could be listed" in verdict.message and "boom" in verdict.message
 
 
 def test_candidate_that_raises_while_profiled_fails_like_a_run_time_error(profiled, tmp_path):
@@ -277,3 +311,117 @@ def test_profiler_entry_points_are_watched():
         assert "torch.profiler.profile.__enter__" in guards.find_patched(captured)
     finally:
         torch.profiler.profile.__enter__ = original
+
+
+# ---------------------------------------------------------------- generated code stopped before it ran
+
+
+def _denied_backend(gm, example_inputs):
+    raise PermissionError(13, "Permission denied", "/cache/inductor/xy/kernel.py")
+
+
+def _compile_error() -> BaseException:
+    """A real torch.compile whose compiler is refused a file (as the sandbox refuses inductor's
+    cache writes and ptxas): the error comes back through dynamo's frames, wrapped."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: torch.relu(x) * 2, backend=_denied_backend)
+    try:
+        compiled(torch.randn(4))
+    except Exception as exc:
+        return exc
+    raise AssertionError("the compile did not fail")
+
+
+def test_an_error_out_of_torch_compile_is_recognised_as_generated_code():
+    from kevin_agent.evaluate.worker.loader import raised_by_generated_code
+
+    assert raised_by_generated_code(_compile_error())
+    try:
+        open("/nonexistent-dir-kevin/x", "w")
+    except OSError as plain:
+        assert not raised_by_generated_code(plain)
+    try:  # torch.manual_seed is wrapped by dynamo's disable decorator: not generated code
+        torch.manual_seed("not a seed")  # type: ignore[arg-type]
+    except Exception as seeded:
+        assert not raised_by_generated_code(seeded)
+
+
+@pytest.mark.parametrize("policy", ["strict", "partial"])
+def test_torch_compile_stopped_by_the_sandbox_gets_the_provenance_rule(tmp_path, policy):
+    """Issue 17: compile_in_init and partial_compile_fallback ended as LOAD errors (a bare
+    PermissionError from the sandbox); now a provenance rejection naming the rule."""
+    from kevin_agent.evaluate.worker import stages
+
+    ctx = make_ctx(tmp_path, policy)
+    verdict = stages._failure(ctx, Stage.LOAD, _compile_error())
+    assert verdict.stage is Stage.PROVENANCE and not verdict.ok and not verdict.correct
+    assert "generated code" in verdict.message and f"policy {policy}" in verdict.message
+    assert "torch.compile" in verdict.message and "Permission denied" in verdict.message
+    assert ctx.details.provenance_ok is False and ctx.details.provenance_policy == policy
+    plain = stages._failure(make_ctx(tmp_path), Stage.LOAD, ValueError("bad shape"))
+    assert plain.stage is Stage.LOAD and "raised an error at run time" in plain.message
+
+
+def test_profiling_imports_do_not_look_like_a_patched_manual_seed():
+    """Issue 17: the profiler's first session imports torch._inductor (``hasattr(torch,
+    "_inductor")``), which imports torch._dynamo, which wraps torch.manual_seed: references
+    captured before that saw it "patched". In a fresh process, where dynamo is not imported yet."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, torch\n"
+        "from kevin_agent.evaluate.worker import guards\n"
+        "assert 'torch._dynamo' not in sys.modules\n"
+        "captured = guards.capture_references(own_modules=())\n"
+        "with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):\n"
+        "    torch.ones(2) + 1\n"
+        "assert 'torch._inductor' in sys.modules\n"
+        "print('PATCHED', guards.find_patched(captured))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert "PATCHED []" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+# ---------------------------------------------------------------- the profiled call looks like a timed one (issue 19)
+
+
+def test_the_profiled_call_is_a_rotation_call_at_a_random_position(monkeypatch, tmp_path):
+    from kevin_agent.evaluate.worker.correctness import keep_output, refill_inputs
+    from kevin_agent.evaluate.worker.timing import Rotation
+
+    data = scenario("own_only_add")
+    activities = ProfileTrace.from_dict(data["candidate"]).activities
+    profiled: list[int] = []
+
+    def fake_profile_forward(fn, args, device, handles, keep=None, padding=0):
+        profiled.append(len(calls))
+        fn(*args)
+        return activities
+
+    monkeypatch.setattr(W, "profile_forward", fake_profile_forward)
+    monkeypatch.setattr(W, "profiler_handles", lambda captured: None)
+    monkeypatch.setitem(W._UNAVAILABLE, "reason", None)
+    pool = [(torch.full((8,), float(i)),) for i in range(3)]
+    calls: list[tuple[int, float]] = []
+
+    def candidate(x):
+        calls.append((x.data_ptr(), float(x[0])))
+        return x * 2
+
+    positions = set()
+    for _ in range(12):
+        calls.clear()
+        profiled.clear()
+        rotation = Rotation(pool, (pool[0][0].clone(),), refill_inputs, keep_output, lambda: 0.0, limit=10)
+        given = W.ProvenanceInputs(Task(), object(), candidate, 1, [build_result(list(data["own_kernels"]))],
+                                   lambda: [], rotation)
+        assert W.check_provenance(make_ctx(tmp_path), given) is None
+        assert len({ptr for ptr, _ in calls}) == 1 and calls[0][0] == rotation.staging[0].data_ptr()
+        assert [v for _, v in calls] == [float(i % 3) for i in range(len(calls))]  # the sets rotate
+        assert 1 <= len(calls) <= 1 + W.PROFILE_LEAD_IN_MAX and profiled == [len(calls) - 1]
+        assert len(rotation.kept) == len(calls)  # the profiled call's output is sampled like the others
+        positions.add(len(calls))
+    assert len(positions) > 1  # 12 draws of 4 equally likely positions: all equal with probability 4^-11

@@ -441,3 +441,79 @@ def test_worker_without_cuda_exits_3_before_ready():
 def test_output_on_another_device_fails():
     check = compare_output(0, torch.zeros(2, device="meta"), torch.zeros(2))
     assert check.problem == "output 0 is on cpu, expected on meta"
+
+
+# ---------------------------------------------------------------- guards compare code and state (issue 19)
+
+
+def _judge_helper(x):
+    return x + 1
+
+
+def test_a_function_rewritten_in_place_is_caught():
+    """Identity alone misses ``f.__code__ = ...``: the function object stays the same."""
+    import types
+
+    module = types.ModuleType("kevin_judge_probe")
+    module.helper = _judge_helper
+    module.TOLERANCE = 1e-4
+    module.RULES = {"strict": "own kernels only"}
+    sys.modules["kevin_judge_probe"] = module
+    try:
+        captured = guards.capture_references(paths=(), classes=(), own_modules=("kevin_judge_probe",))
+        assert guards.find_patched(captured) == []
+        original = _judge_helper.__code__
+        _judge_helper.__code__ = (lambda x: x).__code__
+        try:
+            assert guards.find_patched(captured) == ["kevin_judge_probe.helper"]
+        finally:
+            _judge_helper.__code__ = original
+        _judge_helper.__defaults__ = (1,)
+        try:
+            assert guards.find_patched(captured) == ["kevin_judge_probe.helper"]
+        finally:
+            _judge_helper.__defaults__ = None
+        module.TOLERANCE = 1.0
+        module.RULES["strict"] = "anything goes"
+        assert guards.find_patched(captured) == ["kevin_judge_probe.RULES", "kevin_judge_probe.TOLERANCE"]
+    finally:
+        del sys.modules["kevin_judge_probe"]
+
+
+def test_the_judges_own_constants_and_tables_are_watched():
+    from kevin_agent.evaluate.provenance import names, policy
+    from kevin_agent.evaluate.worker import correctness
+
+    captured = guards.capture_references(paths=(), classes=())
+    assert "kevin_agent.evaluate.worker.correctness.FP64_RMS_MULTIPLIER" in captured.state
+    before = correctness.FP64_RMS_MULTIPLIER
+    correctness.FP64_RMS_MULTIPLIER = 1e9
+    try:
+        assert guards.find_patched(captured) == ["kevin_agent.evaluate.worker.correctness.FP64_RMS_MULTIPLIER"]
+    finally:
+        correctness.FP64_RMS_MULTIPLIER = before
+    assert "kevin_agent.evaluate.provenance.names.FAMILIES" in captured.state
+    original = names.FAMILIES
+    names.FAMILIES = ()  # every library kernel unknown: "other", not cuBLAS
+    try:
+        assert guards.find_patched(captured) == ["kevin_agent.evaluate.provenance.names.FAMILIES"]
+    finally:
+        names.FAMILIES = original
+    policy.POLICY_RULES["strict"] = "x"
+    try:
+        assert "kevin_agent.evaluate.provenance.policy.POLICY_RULES" in guards.find_patched(captured)
+    finally:
+        policy.POLICY_RULES["strict"] = captured.state["kevin_agent.evaluate.provenance.policy.POLICY_RULES"]["strict"]
+    assert guards.find_patched(captured) == []
+
+
+def test_settings_changed_behind_the_judges_back_are_caught(tmp_path):
+    from kevin_agent.data import VerdictDetails
+    from kevin_agent.evaluate.api import EvalSettings
+    from kevin_agent.evaluate.worker.context import Context
+
+    captured = guards.capture_references(paths=(), classes=(), own_modules=())
+    ctx = Context(captured, None, "cpu", EvalSettings(policy="strict"), VerdictDetails(), tmp_path / "c.py")
+    assert ctx.patched() is None
+    object.__setattr__(ctx.settings, "policy", "partial")  # found through gc, frozen or not
+    assert "evaluation settings" in (ctx.patched() or "")

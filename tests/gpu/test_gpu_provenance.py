@@ -34,7 +34,8 @@ KB = REPO / "tests" / "fixtures" / "kernelbench"
 FAST = {"with_torch_compile": False, "timing_trials": 10, "warmup_trials": 2, "correctness_trials": 3}
 
 LAX = ("self_attr", "class_attr", "default_arg", "dict_lookup", "map_partial", "operator_module", "torch_dict",
-       "compile_in_init", "autograd_utils", "call_impl", "cpp_adl", "cpp_define", "cpp_pybind", "cpp_cublas_tokens")
+       "autograd_utils", "call_impl", "cpp_adl", "cpp_define", "cpp_pybind", "cpp_cublas_tokens")
+JUDGE = REPO / "tests" / "fixtures" / "judge_gpu"
 STYLES = {  # candidate -> task
     "style_dispatch_guard_stream": "scale_relu", "style_float4_constant_positional": "add_scale",
     "style_half": "half_gelu", "style_shared_cub": "row_sum", "style_cooperative_groups": "row_sum",
@@ -51,6 +52,7 @@ def all_candidates() -> dict[str, str]:
     found = {f"prov/{p.stem}": p.read_text() for p in PROV.glob("*.py") if not p.stem.endswith("_task")}
     found |= {f"kb/{n}": (KB / "few_shot" / f"model_new_ex_{n}.py").read_text() for n in KB_EXAMPLES}
     found |= {f"kb/{n}": (KB / "test_kernels" / f"{n}.py").read_text() for n in KB_ADVERSARIAL}
+    found |= {f"judge/{p.stem}": p.read_text() for p in JUDGE.glob("*.py") if not p.stem.endswith("_task")}
     return found
 
 
@@ -125,6 +127,46 @@ def test_lax_family_is_rejected_by_provenance(worker_pool, prov_cache, family):
     assert d.kernel is None  # no timing was spent on it
 
 
+def test_torch_compile_in_init_is_a_provenance_rejection_naming_the_rule(worker_pool, prov_cache):
+    """Issue 17: it ended as a LOAD error (the sandbox's bare PermissionError). Under the sandbox
+    the compile is stopped before it runs and the message names the generated-code rule; without
+    it the profile shows the generated or cuBLAS kernels. A provenance rejection either way."""
+    verdict, result = run(worker_pool, prov_cache, prov_task("mm"), prov_candidate("lax_compile_in_init"),
+                          "lax/compile_in_init")
+    assert (verdict.stage, verdict.ok) == (Stage.PROVENANCE, False), describe(verdict, result)
+    assert "kernel provenance check rejected" in verdict.message and "torch.compile" in verdict.message
+    assert "policy strict" in verdict.message and verdict.details.provenance_ok is False
+    assert "PermissionError" not in verdict.message.splitlines()[0]
+
+
+@pytest.mark.parametrize("policy", ["strict", "partial"])
+def test_a_kernel_only_in_a_string_is_rejected_not_unchecked(worker_pool, prov_cache, policy):
+    """Issue 17 (fail closed): nothing in the extension can be listed as the candidate's own."""
+    verdict, result = run(worker_pool, prov_cache, prov_task("mm"), (JUDGE / "kernel_in_string.py").read_text(),
+                          f"judge/kernel_in_string/{policy}", policy=policy)
+    assert (verdict.stage, verdict.ok) == (Stage.PROVENANCE, False), describe(verdict, result)
+    assert "no CUDA kernel (__global__ function) could be listed" in verdict.message
+    assert not any(r.startswith("provenance not checked") for r in verdict.details.suspicious_reasons)
+
+
+def test_work_handed_to_a_helper_thread_is_attributed(worker_pool, prov_cache):
+    """Issue 19: launches from every thread of the process count, not only the forward's own."""
+    verdict, result = run(worker_pool, prov_cache, prov_task("mm"), (JUDGE / "thread_offload.py").read_text(),
+                          "judge/thread_offload")
+    assert (verdict.stage, verdict.ok) == (Stage.PROVENANCE, False), describe(verdict, result)
+    foreign = [k for k in verdict.details.kernels if k["origin"] != "own" and k["role"] == "compute"]
+    assert foreign and any(k["origin"] == "own" for k in verdict.details.kernels), verdict.details.kernels
+
+
+def test_an_answer_that_stops_working_after_the_checked_calls_fails_on_a_timed_call(worker_pool, prov_cache):
+    """Issue 19: outputs of timed calls (and of the profiled one) are sampled and checked; every
+    call after the seventh is wrong here, so any sample catches it."""
+    verdict, result = run(worker_pool, prov_cache, prov_task("mm"), (JUDGE / "counts_calls.py").read_text(),
+                          "judge/counts_calls")
+    assert (verdict.stage, verdict.ok) == (Stage.CORRECTNESS, False), describe(verdict, result)
+    assert "timed call" in verdict.message and not verdict.correct
+
+
 # ---------------------------------------------------------------- own kernels: accepted by both policies
 
 
@@ -176,7 +218,7 @@ def test_strict_rejects_the_same_and_says_partial_would_accept(worker_pool, prov
 
 
 @pytest.mark.parametrize("name, why", [("partial_token_fallback", "not fewer than"),
-                                       ("partial_compile_fallback", "generated code ran")])
+                                       ("partial_compile_fallback", "generated code")])
 def test_partial_rejects_fallbacks(worker_pool, prov_cache, name, why):
     verdict, result = run(worker_pool, prov_cache, prov_task("conv_bias_relu"), prov_candidate(name),
                           f"partial/{name}", policy="partial")
@@ -238,7 +280,8 @@ def test_kernelbench_mnist2_is_rejected_by_strict_with_partial_would_accept(work
 def test_kernelbench_adversarial_kernels_are_rejected_at_run_time(worker_pool, prov_cache, name):
     """Sent straight to the worker, past the static checks (which reject all three already). The
     cuBLAS-on-a-side-stream one fails to load where cublas_v2.h is missing; else provenance
-    rejects it (no own kernel, cuBLAS); the other two fail correctness (poisoned memory, inputs)."""
+    rejects it (no kernel of its own can be listed: fail closed, issue 17); the other two fail
+    correctness (poisoned memory, inputs)."""
     task = (KB / "test_kernels" / "level1_1_square_matrix_multiplication_task.py").read_text()
     answer = (KB / "test_kernels" / f"{name}.py").read_text()
     for policy in ("strict", "partial"):
@@ -247,6 +290,8 @@ def test_kernelbench_adversarial_kernels_are_rejected_at_run_time(worker_pool, p
         assert verdict.stage in (Stage.LOAD, Stage.CORRECTNESS, Stage.PROVENANCE), describe(verdict, result)
         if name != "non_default_stream_kernel":
             assert verdict.stage is Stage.CORRECTNESS, describe(verdict, result)
+        elif verdict.stage is Stage.PROVENANCE:
+            assert "could be listed" in verdict.message, describe(verdict, result)
 
 
 # ---------------------------------------------------------------- in this process
@@ -262,7 +307,7 @@ def test_profiling_patches_nothing_and_records_every_launch():
     from kevin_agent.evaluate.worker.provenance import profiler_handles, warm_profiler
 
     device = torch.device("cuda", torch.cuda.current_device())
-    captured = guards.capture_references()
+    captured = guards.capture_references()  # settles torch._dynamo's wrap of manual_seed first (issue 17)
     assert warm_profiler(captured, device) is None
     x = torch.randn(1024, 1024, device=device)
     for _ in range(5):

@@ -15,6 +15,9 @@ Order of decision for one activity (first that applies):
    Own kernels from library namespaces (``cub::``, ``thrust::``, ``cutlass::``, ``cute::``) are
    ``library``: device-wide algorithms compiled into the extension, not written by the candidate;
    ATen kernel templates instantiated in the extension (``at::native::...``) are ``torch``.
+   With the candidate's sources known (``OwnKernels.from_sources``), a listed kernel that no
+   ``__global__`` in them defines is not own either: template code of a header instantiated in
+   the extension (``library``, or ``torch`` for ATen's), whatever its name.
 3. **Name tables** (``names.FAMILIES``): Triton/nvFuser -> generated; ATen -> torch; cuBLAS,
    cuDNN, CUTLASS, cuFFT, NCCL... -> library.
 4. **Launch context** for names no table knows: inside a torch.compile region -> generated; inside
@@ -60,6 +63,18 @@ class OwnKernels:
     def __bool__(self) -> bool:
         return bool(self.names)
 
+    bundled: frozenset[str] = frozenset()  # spellings of listed kernels no candidate source defines
+
+    def from_sources(self, defined: set[str]) -> OwnKernels:
+        """Only the kernels whose base name a ``__global__`` in the candidate's sources defines;
+        the others (template kernels instantiated from PyTorch, CUB or other headers) become
+        ``bundled``: compiled into the extension, not written by the candidate (issue 19)."""
+        keep = [n for n in self.names if _base_name(self.demangled.get(n, n)) in defined]
+        own = OwnKernels(keep, {n: self.demangled[n] for n in keep if n in self.demangled})
+        dropped = [n for n in self.names if n not in keep]
+        own.bundled = frozenset(dropped) | frozenset(self.demangled[n] for n in dropped if n in self.demangled)
+        return own
+
     def match(self, profiled: str) -> str | None:
         """How ``profiled`` matches an own kernel: "exact", "base" or None."""
         if profiled in self.exact:
@@ -80,12 +95,24 @@ class Attribution:
     how: str  # exact | base | name | context | memop | unknown | collision
 
 
+def _base_name(name: str) -> str:
+    """``void ns::k<float>(float*)`` -> ``k``."""
+    return N.qualified_name(name).rsplit("::", 1)[-1]
+
+
+BUNDLED_FAMILY = "header code compiled into your extension (no __global__ of that name in your sources)"
+
+
 def attribute(activity: KernelActivity, own: OwnKernels) -> Attribution:
     """Origin, role and family of one activity (see the module docstring for the order)."""
     foreign_context = _foreign_context(activity.context)
     if activity.kind in ("memcpy", "memset"):
         origin = N.TORCH if foreign_context is not None else N.OTHER
         return Attribution(origin, N.role_of(activity.name, activity.kind), "CUDA runtime (memcpy/memset)", "memop")
+    if activity.name in own.bundled and foreign_context is None:
+        bundled = N.bundled_origin(activity.name)
+        origin, family = bundled if bundled is not None else (N.LIBRARY, BUNDLED_FAMILY)
+        return Attribution(origin, N.role_of(activity.name) if origin == N.TORCH else N.COMPUTE, family, "bundled")
     how = own.match(activity.name)
     if how is not None and foreign_context is None:
         bundled = N.bundled_origin(own.demangled.get(activity.name, activity.name))

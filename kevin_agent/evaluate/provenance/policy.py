@@ -163,8 +163,9 @@ def _own(own_names: OwnKernels | Iterable[str] | Iterable[ExtensionKernels]) -> 
     if isinstance(own_names, OwnKernels):
         return own_names
     items = list(own_names)
-    if items and all(isinstance(i, ExtensionKernels) for i in items):
-        return OwnKernels.from_extensions(items)
+    extensions = [i for i in items if isinstance(i, ExtensionKernels)]
+    if items and len(extensions) == len(items):
+        return OwnKernels.from_extensions(extensions)
     return OwnKernels([str(i) for i in items])
 
 
@@ -262,6 +263,33 @@ def rejection_message(result: ProvenanceResult) -> str:
     if result.policy == STRICT:
         text += " Implement that work in your own CUDA kernels."
     return text
+
+
+def with_reason(result: ProvenanceResult, reason: str) -> ProvenanceResult:
+    """``result`` rejected for one more reason, put first (e.g. no own kernel could be listed)."""
+    import dataclasses
+
+    reasons = [reason] + [r for r in result.reasons if r != reason]
+    out = dataclasses.replace(result, ok=False, reasons=reasons, partial_would_accept=(
+        False if result.policy == STRICT else None))
+    out.message = rejection_message(out)
+    out.summary = _summary(out)
+    return out
+
+
+def unchecked_message(policy: str, reasons: list[str]) -> str:
+    """Feedback when what ran on the GPU could not be judged for a reason on the answer's side."""
+    return ("Your answer was correct, but the kernel provenance check rejected it "
+            f"({POLICY_RULES[policy]}): what ran on the GPU could not be checked: " + "; ".join(reasons) + ". "
+            "An answer whose GPU work cannot be attributed to its own kernels does not count.")
+
+
+def generated_code_message(policy: str, detail: str) -> str:
+    """Feedback when torch.compile or Triton in the answer was stopped before it ran (by the sandbox
+    or a failed compile): the rule it breaks, then what happened."""
+    return ("The kernel provenance check rejected your answer: it uses torch.compile or Triton (generated code), "
+            f"which the rules do not allow ({POLICY_RULES[policy]}). The evaluator stopped it before it ran: "
+            f"{detail}")
 
 
 def profile_feedback(result: ProvenanceResult, sol_fraction: float | None = None) -> str:

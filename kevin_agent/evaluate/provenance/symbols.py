@@ -89,6 +89,40 @@ def list_kernels(path: str) -> ExtensionKernels:
                             tuple(dict.fromkeys(notes)))
 
 
+# A __global__ definition or declaration in C++/CUDA text: the identifier before the parameter
+# list, after the return type, qualifiers and an optional __launch_bounds__(...).
+_GLOBAL_DEF = re.compile(r"\b__global__\b(?:[^;{}()]|__launch_bounds__\s*\([^()]*\))*?"
+                         r"\b(?!__launch_bounds__\b)([A-Za-z_]\w*)\s*\(")
+SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp")
+
+
+def defined_kernels(text: str) -> set[str]:
+    """Base names (no namespace, no template arguments) of the ``__global__`` functions written
+    in ``text``: the kernels the candidate's own sources define."""
+    return {m.group(1) for m in _GLOBAL_DEF.finditer(text)}
+
+
+def source_kernels(so_path: str) -> set[str] | None:
+    """``defined_kernels`` of the sources the build compiled into ``so_path`` (the generated
+    ``.cu``/``.cpp`` files in its build folder); None when no source file is there."""
+    from pathlib import Path
+
+    folder = Path(so_path).parent
+    try:
+        files = [p for p in folder.iterdir() if p.suffix in SOURCE_SUFFIXES and p.is_file()]
+    except OSError:
+        return None
+    if not files:
+        return None
+    names: set[str] = set()
+    for path in files:
+        try:
+            names |= defined_kernels(path.read_text(errors="replace"))
+        except OSError:
+            continue
+    return names
+
+
 def stub_kernels(symbol_names: Iterable[str]) -> set[str]:
     """Mangled kernel names recovered from nvcc host-stub symbols (any symbol that embeds one)."""
     kernels: set[str] = set()

@@ -9,8 +9,10 @@ in a ``kevin-provenance-trace/1`` file is the "recorded profiler trace" the CPU 
 is joined by its ``correlation`` id to the runtime or driver call that launched it
 (``cudaLaunchKernel``, ``cuLaunchKernelEx``, ``cudaMemsetAsync``, ``cudaGraphLaunch``...), and that
 call to the CPU ops and annotations that enclose it on its thread (``aten::mm``,
-``Torch-Compiled Region: 0/0``...): the *launch context*. Only work launched inside the
-``FORWARD_ANNOTATION`` range is kept when that range is in the trace. Standard library only.
+``Torch-Compiled Region: 0/0``...): the *launch context*. When the ``FORWARD_ANNOTATION`` range is
+in the trace, work launched inside it, and work launched by any other thread from the moment it
+opened, is kept; only what came before it (the session's throwaway padding) is dropped.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -118,13 +120,13 @@ def activities_from_chrome_trace(raw: dict[str, Any] | list[dict[str, Any]],
     events = raw.get("traceEvents", []) if isinstance(raw, dict) else raw
     gpu, launches, cpu = _split_events(events)
     contexts = _launch_contexts(launches, cpu)
-    annotated = annotation is not None and any(s.name == annotation for spans in cpu.values() for s in spans)
+    since = forward_start(cpu, annotation)
     totals: dict[tuple[str, str, tuple[str, ...], str], list[float]] = {}
     for event, kind in gpu:
         correlation = _correlation(event)
         launch = launches.get(correlation) if correlation is not None else None
         stack = contexts.get(correlation, ()) if correlation is not None else ()
-        if annotated and annotation not in stack:
+        if since is not None and not in_forward(event, launch, stack, annotation, since):
             continue
         inner = tuple(n for n in stack if n != annotation)[-CONTEXT_DEPTH:]
         key = (str(event.get("name", "")), kind, inner, str(launch.get("name", "")) if launch else "")
@@ -133,6 +135,27 @@ def activities_from_chrome_trace(raw: dict[str, Any] | list[dict[str, Any]],
         entry[1] += float(event.get("dur") or 0.0) / 1000.0  # Chrome traces hold microseconds
     return [KernelActivity(name, kind, int(calls), ms, context, api)
             for (name, kind, context, api), (calls, ms) in totals.items()]
+
+
+def forward_start(cpu: dict[tuple[Any, Any], list[_Span]], annotation: str | None) -> float | None:
+    """When the forward range opened (None: no such range in the trace, keep everything)."""
+    if annotation is None:
+        return None
+    starts = [s.start for spans in cpu.values() for s in spans if s.name == annotation]
+    return min(starts) if starts else None
+
+
+def in_forward(event: dict[str, Any], launch: dict[str, Any] | None, stack: tuple[str, ...],
+               annotation: str | None, since: float) -> bool:
+    """Whether a GPU activity belongs to the forward call: launched inside its range, or launched
+    (by any thread of the process: a helper thread, a callback) from the moment the range opened
+    until the profile ended, which is after the whole-device synchronize that follows the call.
+    An activity with no launch record counts by its own start time. Only the throwaway padding
+    before the range is left out (issue 19: launches from every thread are attributed)."""
+    if annotation in stack:
+        return True
+    when = float((launch if launch is not None else event).get("ts") or 0.0)
+    return when >= since
 
 
 _KERNEL_LAUNCH_APIS = ("LaunchKernel", "LaunchCooperativeKernel")  # cudaLaunchKernel(ExC), cuLaunchKernel(Ex)...
@@ -148,12 +171,13 @@ def unrecorded_launches(raw: dict[str, Any] | list[dict[str, Any]], annotation: 
     gpu, launches, cpu = _split_events(events)
     contexts = _launch_contexts(launches, cpu)
     recorded = {_correlation(event) for event, _ in gpu}
+    since = forward_start(cpu, annotation)
     missing = 0
     for correlation, launch in launches.items():
         name = str(launch.get("name", ""))
         if not any(api in name for api in _KERNEL_LAUNCH_APIS):
             continue
-        if annotation is not None and annotation not in contexts.get(correlation, ()):
+        if since is not None and not in_forward(launch, launch, contexts.get(correlation, ()), annotation, since):
             continue
         if correlation not in recorded:
             missing += 1

@@ -40,6 +40,12 @@ class Context:
     flush: Any = None  # zeroes a buffer larger than twice the L2 cache
     extensions: list[Any] = field(default_factory=list)  # BuildResults of the candidate's load_inline calls
     provenance: Any = None  # the accepted ProvenanceResult (its kernel table goes into the feedback)
+    settings_at_start: Any = None  # a private copy of ``settings``: a candidate must not change them
+
+    def __post_init__(self) -> None:
+        import copy
+
+        self.settings_at_start = copy.deepcopy(self.settings)
 
     def seed_all(self, seed: int) -> None:
         self.captured.get("torch.manual_seed")(seed)
@@ -50,6 +56,8 @@ class Context:
 
     def patched(self) -> str | None:
         names = find_patched(self.captured)
+        if dict(vars(self.settings)) != dict(vars(self.settings_at_start)):  # values, not a rewritable __eq__
+            names.append("the job's evaluation settings")
         return patched_message(names) if names else None
 
     def fail(self, stage: Stage, message: str, error: str | None = None) -> Verdict:
@@ -57,8 +65,15 @@ class Context:
         return Verdict(stage, False, message, self.details)
 
     def timing_inputs(self, task: Any) -> Any:
-        """The inputs every timing of this task uses (their own seed, apart from correctness)."""
+        """The inputs the baseline times the reference on (their own seed, apart from correctness)."""
         self.seed_all(self.settings.seed + TIMING_SEED_OFFSET)
+        return to_device(task.get_inputs(), self.device)
+
+    def unpredictable_inputs(self, task: Any) -> Any:
+        """One input set from a seed drawn with os.urandom (the candidate cannot know it)."""
+        import os
+
+        self.seed_all(int.from_bytes(os.urandom(8), "little") >> 1)
         return to_device(task.get_inputs(), self.device)
 
 

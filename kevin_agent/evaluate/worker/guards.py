@@ -1,8 +1,10 @@
 """Defences the GPU worker raises around candidate code (KEVIN.md's reward hacks).
 
 - ``capture_references`` / ``find_patched``: the timing, sync, comparison and profiling functions
-  captured at worker start must still be the same objects after the candidate module has run, and
-  the global numerics settings (TF32, reduced-precision reductions, cuDNN flags) the same values.
+  captured at worker start must still be the same objects after the candidate module has run, with
+  the same code (``__code__``, defaults, closure cells: a function rewritten in place keeps its
+  identity), the constants of the worker's own modules (tolerances, thresholds) the same values,
+  and the global numerics settings (TF32, reduced-precision reductions, cuDNN flags) too.
 - ``snapshot`` / ``changed_inputs``: the candidate runs on clones checked bit-identical afterwards.
 - ``poison_free_memory``: every free block of torch's caching allocator is filled with 0xFF bytes
   (NaN in every float dtype) so an output the candidate never wrote cannot inherit old results.
@@ -11,6 +13,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import sys
 import types
 from dataclasses import dataclass, field
@@ -113,6 +116,9 @@ OWN_MODULES: tuple[str, ...] = (
     "kevin_agent.evaluate.provenance.attribution",
     "kevin_agent.evaluate.provenance.trace",
     "kevin_agent.evaluate.provenance.profile",
+    "kevin_agent.evaluate.provenance.names",
+    "kevin_agent.evaluate.provenance.symbols",
+    "kevin_agent.evaluate.api",
     "kevin_agent.feedback",
     "kevin_agent.data",
 )
@@ -152,6 +158,8 @@ class CapturedReferences:
 
     objects: Mapping[str, Any]
     settings: Mapping[str, Any] = field(default_factory=dict)
+    code: Mapping[str, Any] = field(default_factory=dict)  # path -> ``code_state`` of a Python function
+    state: Mapping[str, Any] = field(default_factory=dict)  # "module.NAME" -> a copy of a module constant
 
     def get(self, path: str) -> Any:
         return self.objects[path]
@@ -175,12 +183,30 @@ def capture_settings(paths: Iterable[str] = WATCHED_SETTINGS) -> dict[str, Any]:
     return {path: read_setting(path) for path in paths}
 
 
+# Modules whose first import rebinds watched torch functions: ``torch._dynamo`` wraps
+# ``torch.manual_seed`` in ``_disable_dynamo``, and it is imported lazily by torch itself (the
+# profiler's ``prepare_trace`` reads ``torch._inductor``, which imports dynamo). Imported before
+# capturing, so a later lazy import is not taken for a candidate's patch.
+SETTLING_IMPORTS: tuple[str, ...] = ("torch._dynamo",)
+
+
+def settle_imports(modules: Iterable[str] = SETTLING_IMPORTS) -> None:
+    """Import the modules whose import rebinds watched functions (idempotent)."""
+    import importlib
+
+    for name in modules:
+        if name not in sys.modules:
+            importlib.import_module(name)
+
+
 def capture_references(
     paths: Iterable[str] = WATCHED_PATHS,
     classes: Iterable[str] = WATCHED_CLASSES,
     own_modules: Iterable[str] = OWN_MODULES,
 ) -> CapturedReferences:
-    """Capture watched objects; call before any candidate code runs."""
+    """Capture watched objects; call before any candidate code runs (torch's self-patching imports
+    are settled first)."""
+    settle_imports()
     objects: dict[str, Any] = {}
     for path in paths:
         try:
@@ -201,7 +227,90 @@ def capture_references(
         for name, value in list(vars(module).items()):
             if callable(value) and not isinstance(value, types.ModuleType) and not name.startswith("__"):
                 objects[f"{module_name}.{name}"] = value
-    return CapturedReferences(objects, capture_settings())
+    code = {path: code_state(obj) for path, obj in objects.items() if code_state(obj) is not None}
+    return CapturedReferences(objects, capture_settings(), code, capture_module_state(own_modules))
+
+
+_FUNCTION_PARTS = ("__code__", "__defaults__", "__kwdefaults__")
+
+
+def code_state(obj: Any) -> Any:
+    """What a Python function runs, beyond its identity: its code object, defaults and closure
+    cells (their current contents), for a function or one held by a method, static/class method
+    or property; None for builtins and other objects (their behaviour is not Python-rewritable)."""
+    if isinstance(obj, (staticmethod, classmethod)):
+        obj = obj.__func__
+    if isinstance(obj, property):
+        return tuple(code_state(f) for f in (obj.fget, obj.fset, obj.fdel))
+    obj = getattr(obj, "__func__", obj)  # bound methods
+    if not isinstance(obj, types.FunctionType):
+        return None
+    cells = tuple(_cell_contents(c) for c in obj.__closure__ or ())
+    return tuple(getattr(obj, part) for part in _FUNCTION_PARTS) + (cells,)
+
+
+def _cell_contents(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return _MISSING
+
+
+_CONSTANT_TYPES = (int, float, str, bytes, bool, type(None), tuple, frozenset, list, dict, set, re.Pattern)
+
+
+def capture_module_state(module_names: Iterable[str]) -> dict[str, Any]:
+    """Copies of the constants of the worker's own modules (tolerances, thresholds, rule tables):
+    a candidate that changes ``FP64_RMS_MULTIPLIER`` or a policy table changes the judge."""
+    state: dict[str, Any] = {}
+    for module_name in module_names:
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        for name, value in list(vars(module).items()):
+            if name.startswith("__") or not isinstance(value, _CONSTANT_TYPES):
+                continue
+            try:
+                state[f"{module_name}.{name}"] = copy.deepcopy(value)
+            except Exception:  # an uncopyable value is not a constant of ours
+                continue
+    return state
+
+
+def with_module_state(captured: CapturedReferences, module_names: Iterable[str] = OWN_MODULES) -> CapturedReferences:
+    """``captured`` with its module constants taken again (after the worker's own set-up changed
+    one, e.g. the profiler warm-up's outcome), still before any candidate code runs."""
+    import dataclasses
+
+    return dataclasses.replace(captured, state=capture_module_state(module_names))
+
+
+def _changed_state(captured: CapturedReferences) -> list[str]:
+    """Paths whose function code or module constant differs from the captured one."""
+    changed = []
+    for path, before in captured.code.items():
+        try:
+            now = code_state(_resolve_for_check(path))
+        except (AttributeError, ImportError, KeyError):
+            now = _MISSING
+        if not _same(now, before):
+            changed.append(path)
+    for path, before in captured.state.items():
+        module_name, _, name = path.rpartition(".")
+        module = sys.modules.get(module_name)
+        now = vars(module).get(name, _MISSING) if module is not None else _MISSING
+        if not _same(now, before):
+            changed.append(path)
+    return changed
+
+
+def _same(now: Any, before: Any) -> bool:
+    if now is before:
+        return True
+    try:
+        return type(now) is type(before) and bool(now == before)
+    except Exception:
+        return False
 
 
 def _class_names(klass: type) -> set[str]:
@@ -237,6 +346,7 @@ def find_patched(captured: CapturedReferences) -> list[str]:
         current = read_setting(path)
         if current is not original and current != original:
             patched.append(path)
+    patched += [path for path in _changed_state(captured) if path not in patched]
     return sorted(patched)
 
 

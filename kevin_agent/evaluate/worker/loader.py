@@ -81,6 +81,33 @@ def describe_exception(exc: BaseException, candidate_path: Path | str | None) ->
     return "\n".join(lines)
 
 
+# Frames of torch.compile's compiler (dynamo's frame conversion, AOT autograd, inductor) and of
+# Triton's JIT: an exception raised through one of them comes from generated code being built.
+_GENERATED_CODE_FRAMES = ("/torch/_inductor/", "/torch/_dynamo/convert_frame.py", "/torch/_dynamo/output_graph.py",
+                          "/torch/_dynamo/symbolic_convert.py", "/torch/_functorch/aot_autograd",
+                          "/torch/_functorch/_aot_autograd/", "/triton/")
+_GENERATED_CODE_ERRORS = ("torch._dynamo.exc", "torch._inductor", "triton")
+MAX_CHAINED = 8
+
+
+def raised_by_generated_code(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception it chains to) was raised while torch.compile or Triton was
+    building or running generated code: a frame of their compilers, or one of their error types."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(seen) < MAX_CHAINED:
+        seen.add(id(current))
+        module = type(current).__module__ or ""
+        if module.startswith(_GENERATED_CODE_ERRORS):
+            return True
+        for frame in traceback.extract_tb(current.__traceback__):
+            name = frame.filename.replace(os.sep, "/")
+            if any(marker in name for marker in _GENERATED_CODE_FRAMES):
+                return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def install_build_hook(cache_dir: Path, arch: str | None, loaded: list[Any] | None = None) -> Any:
     """Route the candidate's load_inline to the build cache the parent filled.
 

@@ -18,7 +18,7 @@ import torch
 
 from kevin_agent.evaluate.protocol import READY_LINE, BadJob, WorkerExit, WorkerJob, WorkerReply
 from kevin_agent.evaluate.worker.stages import TaskProblem, evaluate_job
-from kevin_agent.evaluate.worker.guards import OWN_MODULES, capture_references
+from kevin_agent.evaluate.worker.guards import OWN_MODULES, capture_references, with_module_state
 from kevin_agent.evaluate.worker.provenance import warm_profiler
 
 
@@ -78,6 +78,7 @@ def main() -> int:
     _warm_imports()
     captured = capture_references(own_modules=own)  # before any candidate code runs
     warm_profiler(captured, device)  # CUPTI's one-time setup off the candidate's clock (provenance)
+    captured = with_module_state(captured, own)  # the warm-up's outcome is part of the judge's state
     print(READY_LINE, flush=True)
     line = sys.stdin.readline().strip()
     try:

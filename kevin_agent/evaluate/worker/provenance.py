@@ -25,15 +25,18 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from kevin_agent import feedback
 from kevin_agent.data import Stage, Verdict
 from kevin_agent.evaluate.provenance.attribution import OwnKernels
-from kevin_agent.evaluate.provenance.policy import DEFAULT_POLICY, POLICIES, ProvenanceResult, judge
+from kevin_agent.evaluate.provenance.policy import (
+    DEFAULT_POLICY, POLICIES, ProvenanceResult, generated_code_message, judge, unchecked_message, with_reason,
+)
 from kevin_agent.evaluate.provenance.profile import HEAD_PADDING, IncompleteProfile, ProfilerHandles, profile_forward
-from kevin_agent.evaluate.provenance.symbols import ExtensionKernels, list_kernels
+from kevin_agent.evaluate.provenance.symbols import ExtensionKernels, list_kernels, source_kernels
 from kevin_agent.evaluate.provenance.trace import KernelActivity, launch_count
 from kevin_agent.evaluate.worker.correctness import to_device
 from kevin_agent.evaluate.worker.guards import CapturedReferences, snapshot
-from kevin_agent.evaluate.worker.loader import describe_exception
+from kevin_agent.evaluate.worker.loader import describe_exception, raised_by_generated_code
 
 PROVENANCE_SEED_OFFSET = 20_000  # its own inputs, apart from correctness and timing
+PROFILE_LEAD_IN_MAX = 3  # untimed calls before the profiled one: a random count, 0 to this
 HINTS_IN_MESSAGE = 4
 WARM_UP_PROBE = "kevin_warm_up_probe"
 
@@ -47,7 +50,9 @@ class CandidateRaised(Exception):
 
 def profiler_handles(captured: CapturedReferences) -> ProfilerHandles:
     """The profiler's entry points as captured at worker start (before any candidate code ran)."""
-    get = captured.objects.get
+    def get(path: str) -> Any:
+        return captured.objects.get(path)
+
     handles = ProfilerHandles(get("torch.profiler.profile"), get("torch.profiler.ProfilerActivity"),
                               get("torch.profiler.record_function"), get("torch.cuda.synchronize"),
                               get("torch.no_grad"))
@@ -96,22 +101,64 @@ def own_kernels(results: Iterable[Any]) -> tuple[OwnKernels, list[ExtensionKerne
         raw = getattr(result, "kernels", None)
         listings[path] = ExtensionKernels.from_dict(raw) if raw else list_kernels(path)
     extensions = list(listings.values())
-    return OwnKernels.from_extensions(extensions), extensions
+    own = OwnKernels.from_extensions(extensions)
+    defined = [source_kernels(path) for path in listings]
+    if own and defined and all(d is not None for d in defined):  # every build's sources are there
+        own = own.from_sources(set().union(*(d for d in defined if d is not None)))
+    return own, extensions
 
 
-def _profile(fn: Callable[..., Any], inputs: Any, ctx: Any, label: str) -> list[KernelActivity]:
+def _profile(fn: Callable[..., Any], inputs: Any, ctx: Any, label: str,
+             outputs: Optional[list[Any]] = None) -> list[KernelActivity]:
+    """One profiled call of ``fn`` on ``inputs`` (a copy, unless ``outputs`` is given: then the
+    call gets the rotation's staging buffers as timed calls do, and its output is appended)."""
     def guarded(*args: Any) -> Any:
         try:
-            return fn(*args)
+            out = fn(*args)
         except Exception as exc:
             raise CandidateRaised(str(exc)) from exc
+        if outputs is not None:
+            outputs.append(out)
+        return out
 
     keep = Path(ctx.candidate_path).parent / f"profile-{label}.json"
+    call_inputs = (lambda: inputs) if outputs is not None else (lambda: snapshot(inputs))
     try:
-        return profile_forward(guarded, snapshot(inputs), ctx.device, profiler_handles(ctx.captured), keep)
+        return profile_forward(guarded, call_inputs(), ctx.device, profiler_handles(ctx.captured), keep)
     except IncompleteProfile:  # the profiler lost a kernel record: once more, in a new session
-        return profile_forward(guarded, snapshot(inputs), ctx.device, profiler_handles(ctx.captured), keep,
+        if outputs is not None:
+            outputs.clear()
+        return profile_forward(guarded, call_inputs(), ctx.device, profiler_handles(ctx.captured), keep,
                                padding=4 * HEAD_PADDING)
+
+
+def _profile_like_a_timed_call(ctx: Any, given: ProvenanceInputs) -> tuple[Any, list[KernelActivity]]:
+    """(the inputs profiled, the activities). With a rotation (issue 19): a random number of
+    plain calls first, then the profiled one, each on the rotation's next input set in the same
+    staging buffers as the timed calls, its output sampled like theirs: the profiled call is one at
+    a random position among calls the candidate cannot tell apart."""
+    rotation = given.rotation
+    if rotation is None:
+        inputs = provenance_inputs(ctx, given.task)
+        return inputs, _profile(given.candidate, inputs, ctx, "candidate")
+    import secrets
+
+    import torch
+
+    with torch.no_grad():
+        for _ in range(secrets.randbelow(PROFILE_LEAD_IN_MAX + 1)):
+            index, args = rotation.next_args()
+            try:
+                out = given.candidate(*args)
+            except Exception as exc:
+                raise CandidateRaised(str(exc)) from exc
+            rotation.returned(index, out)
+    index, args = rotation.next_args()
+    outputs: list[Any] = []
+    activities = _profile(given.candidate, args, ctx, "candidate", outputs)
+    if outputs:
+        rotation.returned(index, outputs[-1])
+    return snapshot(args), activities
 
 
 def reference_launches(ctx: Any, reference: Any, inputs: Any) -> Optional[int]:
@@ -135,26 +182,48 @@ class ProvenanceInputs:
     reference_kernels: Optional[int]  # from the baseline, when it measured them
     extensions: Sequence[Any]  # BuildResults the load_inline hook recorded
     hints: Callable[[], list[str]]  # static hints about the source (only computed on rejection)
+    rotation: Any = None  # the timing's Rotation: profile a call that looks like a timed one
+
+
+def resolved_policy(settings: Any) -> str:
+    """The run's provenance policy (an unknown name was refused when settings were resolved)."""
+    return settings.policy if settings.policy in POLICIES else DEFAULT_POLICY
+
+
+def generated_code_rejection(ctx: Any, text: str) -> Verdict:
+    """torch.compile or Triton in the answer, stopped before its code ran (the sandbox forbids the
+    compiler's processes and cache writes): rejected by the policy's rule on generated code."""
+    d, policy = ctx.details, resolved_policy(ctx.settings)
+    reason = "generated code (torch.compile or Triton) in the answer"
+    d.provenance_policy, d.provenance_ok, d.provenance_reasons = policy, False, [reason]
+    d.provenance_summary = f"provenance {policy}: rejected; {reason}, stopped before it ran"
+    return ctx.fail(Stage.PROVENANCE, generated_code_message(policy, text), text)
 
 
 def check_provenance(ctx: Any, given: ProvenanceInputs) -> Optional[Verdict]:
-    """The PROVENANCE rejection, or None (accepted, or unavailable and flagged suspicious).
+    """The PROVENANCE rejection, or None (accepted, or unavailable in this worker and flagged
+    suspicious). Fails closed on the candidate's side: no kernel listed in its extension(s), or a
+    profile of its call that fails, rejects it (the message says why), under either policy.
     On acceptance ``ctx.provenance`` holds the result for the feedback of the timed verdict."""
     d = ctx.details
-    policy = ctx.settings.policy if ctx.settings.policy in POLICIES else DEFAULT_POLICY
+    policy = resolved_policy(ctx.settings)
     d.provenance_policy = policy
+    if unavailable_reason():  # the worker's profiler failed before any candidate code ran
+        _unavailable(ctx, unavailable_reason() or "")
+        return None
     own, extensions = own_kernels(given.extensions)
-    reason = unavailable_reason() or (None if own else _no_listing(extensions))
-    if reason:
-        return _unavailable(ctx, reason)
-    inputs = provenance_inputs(ctx, given.task)
+    unlisted = None if own else _no_listing(extensions)
     try:
-        activities = _profile(given.candidate, inputs, ctx, "candidate")
+        inputs, activities = _profile_like_a_timed_call(ctx, given)
     except CandidateRaised as exc:
-        text = describe_exception(exc.__cause__ or exc, ctx.candidate_path)
+        cause = exc.__cause__ or exc
+        text = describe_exception(cause, ctx.candidate_path)
+        if raised_by_generated_code(cause):
+            return generated_code_rejection(ctx, text)
         return ctx.fail(Stage.PROVENANCE, feedback.runtime_error(text), text)
     except Exception as exc:
-        return _unavailable(ctx, f"profiling failed: {type(exc).__name__}: {str(exc)[:300]}")
+        why = f"profiling your forward call failed ({type(exc).__name__}: {str(exc)[:300]})"
+        return _unchecked(ctx, policy, [r for r in (unlisted, why) if r])
     patched = ctx.patched()
     if patched:
         return ctx.fail(Stage.PROVENANCE, patched)
@@ -163,6 +232,8 @@ def check_provenance(ctx: Any, given: ProvenanceInputs) -> Optional[Verdict]:
     if launches is None and (policy != "strict" or not result.ok):  # partial's rule needs the reference
         launches = reference_launches(ctx, given.reference, inputs)
         result = judge(activities, own, launches, policy) if launches is not None else result
+    if unlisted:
+        result = with_reason(result, unlisted)
     _record(d, result)
     if result.ok:
         ctx.provenance = result
@@ -170,11 +241,22 @@ def check_provenance(ctx: Any, given: ProvenanceInputs) -> Optional[Verdict]:
     return ctx.fail(Stage.PROVENANCE, rejection_feedback(result, given.hints()), "; ".join(result.reasons))
 
 
+def _unchecked(ctx: Any, policy: str, reasons: list[str]) -> Verdict:
+    """Provenance could not be judged for a reason on the candidate's side: a rejection."""
+    d = ctx.details
+    d.provenance_ok, d.provenance_reasons = False, list(reasons)
+    d.provenance_summary = f"provenance {policy}: rejected; not checkable: " + "; ".join(reasons)
+    return ctx.fail(Stage.PROVENANCE, unchecked_message(policy, reasons), "; ".join(reasons))
+
+
 def _no_listing(extensions: list[ExtensionKernels]) -> str:
+    """Why no own kernel is known: what the model must fix."""
     if not extensions:
-        return "no load_inline extension was recorded for this candidate"
+        return ("no load_inline extension was recorded for your answer (your own kernels must be compiled "
+                "through torch.utils.cpp_extension.load_inline)")
     notes = "; ".join(n for e in extensions for n in e.notes)
-    return "no kernels could be listed in the candidate's extension" + (f" ({notes})" if notes else "")
+    return ("no CUDA kernel (__global__ function) could be listed in your compiled extension"
+            + (f" ({notes})" if notes else "") + ", so none of the GPU work can be your own")
 
 
 def _unavailable(ctx: Any, reason: str) -> None:

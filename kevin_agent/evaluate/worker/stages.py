@@ -19,12 +19,19 @@ from kevin_agent.evaluate.protocol import Baseline, WorkerJob, WorkerReply
 from kevin_agent.evaluate.worker.baseline import measure_baseline
 from kevin_agent.evaluate.worker.context import Context, TaskProblem, environment_details, load_reference
 from kevin_agent.evaluate.provenance.policy import profile_feedback
-from kevin_agent.evaluate.worker.correctness import CorrectnessHarness, Fp64Reference, run_correctness, to_device
+from kevin_agent.evaluate.worker.correctness import (
+    CorrectnessHarness, Fp64Reference, RefusedOutput, check_outputs, keep_output, refill_inputs, run_correctness,
+    to_device,
+)
 from kevin_agent.evaluate.worker.guards import CapturedReferences, snapshot
-from kevin_agent.evaluate.worker.loader import describe_exception, install_build_hook, load_module_from_file
-from kevin_agent.evaluate.worker.provenance import ProvenanceInputs, check_provenance
+from kevin_agent.evaluate.worker.loader import (
+    describe_exception, install_build_hook, load_module_from_file, raised_by_generated_code,
+)
+from kevin_agent.evaluate.worker.provenance import ProvenanceInputs, check_provenance, generated_code_rejection
 from kevin_agent.evaluate.worker.speed_of_light import PeakRates, load_or_measure_peaks, sol_ms, timing_flags
-from kevin_agent.evaluate.worker.timing import Clock, Timer, escape_reason, escape_trials, make_flush, stats_from_samples
+from kevin_agent.evaluate.worker.timing import (
+    TIMING_POOL_SETS, Clock, Rotation, Timer, escape_reason, escape_trials, make_flush, stats_from_samples,
+)
 
 __all__ = ["TaskProblem", "evaluate_job"]
 
@@ -58,15 +65,20 @@ def _evaluate_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, loaded: t
     verdict = _correctness(ctx, task, reference, candidate)
     if verdict is not None:
         return verdict
-    verdict = check_provenance(ctx, ProvenanceInputs(task, reference, candidate, baseline.reference_kernels,
-                                                     ctx.extensions, lambda: _hints(job.candidate_source, job.task_source)))
+    rotation = timing_rotation(ctx, task)
+    try:
+        verdict = check_provenance(ctx, ProvenanceInputs(
+            task, reference, candidate, baseline.reference_kernels, ctx.extensions,
+            lambda: _hints(job.candidate_source, job.task_source), rotation))
+    except RefusedOutput as refused:
+        return ctx.fail(Stage.CORRECTNESS, feedback.incorrect(f"{refused} (a timed call)"), str(refused))
     if verdict is not None:
         return verdict  # rejected by what ran on the GPU: no timing spent
     settle_flags(ctx.details)  # provenance may have flagged it (not checked)
     if ctx.settings.timing_trials <= 0:
         message = _with_profile(_passed_message(ctx.details, feedback.correct_untimed()), ctx)
         return Verdict(Stage.PROVENANCE, True, message, ctx.details)
-    return _timing(ctx, task, candidate, baseline, peaks)
+    return _timing(ctx, candidate, baseline, peaks, reference, rotation)
 
 
 def _hints(source: str, task_source: str) -> list[str]:
@@ -92,11 +104,23 @@ def _peaks(cache_dir: Path, ctx: Context) -> PeakRates | None:
 
 
 def _with_denial(text: str, exc: BaseException) -> str:
-    """The error, and when the sandbox refused it, a line saying so (what the model must not do)."""
+    """The error, and when the sandbox refused it (the error or one it chains to), a line saying so."""
     from kevin_agent.evaluate.sandbox import explain_denial
 
-    note = explain_denial(exc)
+    note, current, seen = None, exc, 0  # type: tuple[str | None, BaseException | None, int]
+    while note is None and current is not None and seen < 8:
+        note, current, seen = explain_denial(current), current.__cause__ or current.__context__, seen + 1
     return f"{text}\n{note}" if note else text
+
+
+def _failure(ctx: Context, stage: Stage, exc: BaseException) -> Verdict:
+    """A verdict for an exception out of the candidate's code: a provenance rejection when it came
+    from torch.compile or Triton (generated code, stopped by the sandbox or a failed compile),
+    else a run-time error at ``stage``."""
+    text = _with_denial(describe_exception(exc, ctx.candidate_path), exc)
+    if raised_by_generated_code(exc):
+        return generated_code_rejection(ctx, text)
+    return ctx.fail(stage, feedback.runtime_error(text), text)
 
 
 def confine_candidate(job: WorkerJob, cache_dir: Path) -> str:
@@ -161,8 +185,7 @@ def _load_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, task: Any, in
         if ctx.patched():
             return ctx.fail(Stage.LOAD, ctx.patched() or "")
     except Exception as exc:
-        text = _with_denial(describe_exception(exc, ctx.candidate_path), exc)
-        return ctx.fail(Stage.LOAD, feedback.runtime_error(text), text)
+        return _failure(ctx, Stage.LOAD, exc)
     return candidate
 
 
@@ -177,9 +200,8 @@ def _correctness(ctx: Context, task: Any, reference: Any, candidate: Any) -> Ver
     try:
         result = run_correctness(harness, trials, ctx.settings.seed)
     except Exception as exc:
-        text = _with_denial(describe_exception(exc, ctx.candidate_path), exc)
         ctx.details.trials_total = trials
-        return ctx.fail(Stage.CORRECTNESS, feedback.runtime_error(text), text)
+        return _failure(ctx, Stage.CORRECTNESS, exc)
     d = ctx.details
     d.trials_passed, d.trials_total = result.trials_passed, result.trials_total
     d.max_abs_error, d.max_rel_error = result.max_abs_error, result.max_rel_error
@@ -193,24 +215,49 @@ def _correctness(ctx: Context, task: Any, reference: Any, candidate: Any) -> Ver
     return ctx.fail(Stage.CORRECTNESS, message, "\n".join(result.problems))
 
 
-def _timing(ctx: Context, task: Any, candidate: Any, baseline: Baseline, peaks: PeakRates | None) -> Verdict:
-    """The candidate timed (adaptive trials, L2 flushed) against the baseline's medians."""
+def timing_rotation(ctx: Context, task: Any) -> Rotation:
+    """``TIMING_POOL_SETS`` input sets from unpredictable seeds, rotated through one set of
+    staging buffers; outputs sampled at random after each call returns (issue 19)."""
+    import random
+
+    pool = [tuple(ctx.unpredictable_inputs(task)) for _ in range(TIMING_POOL_SETS)]
+    return Rotation(pool, snapshot(pool[0]), refill_inputs, keep_output, random.SystemRandom().random,
+                    settle=ctx.clock.synchronize)
+
+
+def _timed_problems(ctx: Context, reference: Any, rotation: Rotation) -> list[str]:
+    """The kept outputs of timed calls against the reference on the same input sets."""
+    harness = CorrectnessHarness(reference=reference, candidate=None, get_inputs=list, device=ctx.device,  # type: ignore[arg-type]
+                                 seed_all=ctx.seed_all, synchronize=ctx.clock.synchronize, poison=ctx.poison,
+                                 reference64=Fp64Reference(reference))
+    problems: list[str] = []
+    for index, got in rotation.kept:
+        problems += check_outputs(harness, rotation.pool[index], got, f"a timed call, input set {index + 1}")
+    return problems
+
+
+def _timing(ctx: Context, candidate: Any, baseline: Baseline, peaks: PeakRates | None, reference: Any,
+            rotation: Rotation) -> Verdict:
+    """The candidate timed (adaptive trials, L2 flushed) against the baseline's medians, on input
+    sets rotated per call; a random sample of the timed outputs (and of the profiled call's)
+    checked against the reference."""
     s, d = ctx.settings, ctx.details
-    inputs = ctx.timing_inputs(task)
     timer = Timer(ctx.clock, ctx.flush)
     d.eager, d.compiled, d.torch_compile_seconds = baseline.eager, baseline.compiled, baseline.torch_compile_seconds
     try:
-        candidate_inputs = snapshot(inputs)
-        d.kernel = stats_from_samples(timer.time_adaptive(candidate, candidate_inputs, s.timing_trials,
-                                                          s.warmup_trials))
-        synced = stats_from_samples(timer.time_synced(candidate, candidate_inputs, escape_trials(s.timing_trials)))
+        d.kernel = stats_from_samples(timer.time_adaptive(candidate, rotation, s.timing_trials, s.warmup_trials))
+        synced = stats_from_samples(timer.time_synced(candidate, rotation, escape_trials(s.timing_trials)))
         escape = escape_reason(d.kernel.median_ms, synced.median_ms, timer.sync_overhead_ms())
+        problems = _timed_problems(ctx, reference, rotation)
+    except RefusedOutput as refused:
+        return ctx.fail(Stage.CORRECTNESS, feedback.incorrect(f"{refused} (a timed call)"), str(refused))
     except Exception as exc:
-        text = _with_denial(describe_exception(exc, ctx.candidate_path), exc)
-        return ctx.fail(Stage.TIMING, feedback.runtime_error(text), text)
+        return _failure(ctx, Stage.TIMING, exc)
     patched = ctx.patched()
     if patched:
         return ctx.fail(Stage.CORRECTNESS, patched)
+    if problems:
+        return ctx.fail(Stage.CORRECTNESS, feedback.incorrect(problems[0]), "\n".join(problems))
     if d.kernel.median_ms > 0:
         d.speedup_vs_eager = d.eager.median_ms / d.kernel.median_ms
         if d.compiled is not None:

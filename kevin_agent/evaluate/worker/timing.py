@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from kevin_agent.data import TimingStats
@@ -23,6 +23,13 @@ STABLE_HALF_WIDTH = 0.01  # stop once the median's 95% interval is within +-1% o
 Z_95 = 1.959964
 ESCAPE_RATIO = 0.5  # event-only median below this fraction of the synced one: suspicious
 ESCAPE_MIN_GAP_MS = 0.01  # ignore gaps smaller than this (launch and wake-up noise)
+# Timed calls (issue 19): each is called on the staging buffers holding the next input set of a
+# small pool (seeds from os.urandom), so an answer that remembers outputs by address returns the
+# wrong set's. After each call returns, a draw decides whether its output joins a uniform random
+# sample (reservoir) of TIMED_SAMPLES calls, checked at the end: each check costs a reference
+# forward. An answer wrong on a share f of the calls escapes with probability (1 - f)^4.
+TIMING_POOL_SETS = 3
+TIMED_SAMPLES = 4
 
 
 def median_interval(sorted_ms: Sequence[float]) -> tuple[float, float]:
@@ -121,34 +128,75 @@ class Clock:
         return self.event_class(enable_timing=True)
 
 
+@dataclass
+class Rotation:
+    """The input sets timed calls rotate through. The candidate is always called with
+    ``staging`` (the same buffers), into which the next set of ``pool`` is copied before the flush
+    and the start event (untimed); ``returned`` decides after each call, at random, whether its
+    output is kept (as a private copy, ``keep``) for checking against the reference."""
+
+    pool: list[Any]  # input sets (tuples of arguments) on the device
+    staging: Any  # what the candidate is called with: a private copy of pool[0], refilled per call
+    refill: Callable[[Any, Any], Any]  # (staging, input set) -> the call's arguments (the set copied in)
+    keep: Callable[[Any], Any]  # output -> a private copy (or raises what is wrong with it)
+    draw: Callable[[], float]  # uniform [0, 1) from a source the candidate cannot predict
+    limit: int = TIMED_SAMPLES
+    settle: Callable[[], None] = lambda: None  # whole-device synchronize: work left on other streams ends
+    kept: list[tuple[int, Any]] = field(default_factory=list)  # (pool index, output copy)
+    calls: int = 0
+
+    def next_args(self) -> tuple[int, Any]:
+        """The next set in the staging buffers, once the device is idle (work a previous call left
+        on another stream must not read half-refilled inputs: the escape check judges that)."""
+        index = self.calls % len(self.pool)
+        self.calls += 1
+        self.settle()
+        return index, self.refill(self.staging, self.pool[index])
+
+    def returned(self, index: int, output: Any) -> None:
+        """Reservoir sampling over every call so far, decided after the call returned."""
+        slot = int(self.draw() * self.calls)
+        if len(self.kept) < self.limit or slot < self.limit:
+            self.settle()  # as correctness does: the whole device done before the output is read
+            kept = (index, self.keep(output))
+            if len(self.kept) < self.limit:
+                self.kept.append(kept)
+            else:
+                self.kept[slot] = kept
+
+
 class Timer:
-    """Times callables on one device with a flush buffer zeroed before every trial."""
+    """Times callables on one device with a flush buffer zeroed before every trial. ``args`` may
+    be a ``Rotation``: each call then gets the next input set, and its output may be kept."""
 
     def __init__(self, clock: Clock, flush: Callable[[], Any]) -> None:
         self.clock = clock
         self.flush = flush
 
-    def time(self, fn: Callable[..., Any], args: Sequence[Any], trials: int, warmup: int) -> list[float]:
+    def time(self, fn: Callable[..., Any], args: Sequence[Any] | Rotation, trials: int, warmup: int) -> list[float]:
         """Event-only times (ms) of ``trials`` runs after ``warmup`` untimed runs."""
         import torch
 
         c = self.clock
         with torch.no_grad():
             for _ in range(warmup):
-                fn(*args)
+                index, call_args = _next(args)
+                _returned(args, index, fn(*call_args))
             c.synchronize()
             pairs = []
             for _ in range(trials):
+                index, call_args = _next(args)
                 self.flush()
                 start, end = c.event(), c.event()
                 c.record(start, c.stream)
-                fn(*args)
+                out = fn(*call_args)
                 c.record(end, c.stream)
+                _returned(args, index, out)
                 pairs.append((start, end))
             c.synchronize()
         return [c.elapsed_time(start, end) for start, end in pairs]
 
-    def time_adaptive(self, fn: Callable[..., Any], args: Sequence[Any], cap: int, warmup: int,
+    def time_adaptive(self, fn: Callable[..., Any], args: Sequence[Any] | Rotation, cap: int, warmup: int,
                       floor: int = MIN_TRIALS) -> list[float]:
         """Event-only times (ms): batches of ``BATCH_TRIALS`` until ``is_stable`` or ``cap`` runs
         (at least ``min(floor, cap)``); each trial still L2-flushed."""
@@ -157,7 +205,7 @@ class Timer:
             samples += self.time(fn, args, min(BATCH_TRIALS, cap - len(samples)), 0)
         return samples
 
-    def time_synced(self, fn: Callable[..., Any], args: Sequence[Any], trials: int) -> list[float]:
+    def time_synced(self, fn: Callable[..., Any], args: Sequence[Any] | Rotation, trials: int) -> list[float]:
         """Times (ms) with a whole-device synchronize before the end event of each trial."""
         import torch
 
@@ -165,13 +213,15 @@ class Timer:
         times = []
         with torch.no_grad():
             for _ in range(trials):
+                index, call_args = _next(args)
                 self.flush()
                 start, end = c.event(), c.event()
                 c.record(start, c.stream)
-                fn(*args)
+                out = fn(*call_args)
                 c.synchronize()
                 c.record(end, c.stream)
                 c.synchronize()
+                _returned(args, index, out)
                 times.append(c.elapsed_time(start, end))
         return times
 
@@ -190,6 +240,31 @@ class Timer:
             fn(*args)
         c.synchronize()
         return c.perf_counter() - started
+
+
+class _WallEvent:
+    def __init__(self, enable_timing: bool = True) -> None:
+        self.at = 0.0
+
+
+def wall_clock() -> Clock:
+    """A ``Clock`` on the host's ``time.perf_counter`` instead of CUDA events: the stages on a
+    machine without a GPU (CPU tests of the worker's wiring)."""
+    import time
+
+    def record(event: _WallEvent, stream: Any = None) -> None:
+        event.at = time.perf_counter()
+
+    return Clock(_WallEvent, record, lambda a, b: (b.at - a.at) * 1000.0, lambda: None, time.perf_counter, None)
+
+
+def _next(args: Any) -> tuple[int, Any]:
+    return args.next_args() if isinstance(args, Rotation) else (0, args)
+
+
+def _returned(args: Any, index: int, output: Any) -> None:
+    if isinstance(args, Rotation):
+        args.returned(index, output)
 
 
 def make_flush(device: Any) -> Callable[[], Any]:

@@ -1,0 +1,110 @@
+"""The worker's candidate stages wired end to end on the CPU (issue 19): the real load,
+correctness, timing with the rotation and the sampled check of timed outputs, with a CPU stand-in
+for CUDA events and memory poisoning, and the profile replaced by an acceptance (the GPU part;
+tests/gpu covers it). What is checked: an honest answer is timed and correct; an answer that
+stops working after the checked calls fails on a timed call; an answer returning a tensor
+subclass fails correctness."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kevin_agent.data import Stage, TimingStats, VerdictDetails
+from kevin_agent.evaluate.api import EvalSettings
+from kevin_agent.evaluate.protocol import Baseline, WorkerJob
+from kevin_agent.evaluate.worker import guards, stages
+from kevin_agent.evaluate.worker.context import Context, load_reference
+from kevin_agent.evaluate.worker.timing import wall_clock
+
+TASK = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return a @ b
+
+def get_inputs():
+    return [torch.randn(16, 8), torch.randn(8, 4)]
+
+def get_init_inputs():
+    return []
+"""
+
+HONEST = """
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return a @ b
+"""
+
+COUNTS = """
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls, self.last = 0, None
+
+    def forward(self, a, b):
+        self.calls += 1
+        if self.calls <= 5 or self.last is None:  # the load call and 2 correctness trials
+            self.last = a @ b
+        return self.last
+"""
+
+SUBCLASS = """
+import torch
+import torch.nn as nn
+
+class Out(torch.Tensor):
+    pass
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return (a @ b).as_subclass(Out)
+"""
+
+
+class CpuContext(Context):
+    def poison(self) -> int:
+        return 0
+
+
+@pytest.fixture
+def accepted(monkeypatch):
+    monkeypatch.setattr(stages, "check_provenance", lambda ctx, given: None)
+
+
+def judge(source: str, tmp_path: Path) -> Any:
+    settings = EvalSettings(sandbox="off", correctness_trials=2, timing_trials=20, warmup_trials=2,
+                            with_torch_compile=False)
+    captured = guards.capture_references(own_modules=())
+    ctx = CpuContext(captured, wall_clock(), "cpu", settings, VerdictDetails(), tmp_path / "candidate.py",
+                     flush=lambda: None)
+    task, reference, init_inputs = load_reference(TASK, tmp_path, ctx)
+    job = WorkerJob(TASK, source, tmp_path / "result.json", settings, cache_dir=tmp_path / "cache")
+    stats = TimingStats(1.0, 1.0, 1.0, 1.0, 0.0, 20, 1.0, 1.0)
+    return stages._evaluate_candidate(job, tmp_path / "cache", ctx, (task, reference, init_inputs),
+                                      Baseline(eager=stats), None)
+
+
+def test_an_honest_answer_is_timed(accepted, tmp_path):
+    verdict = judge(HONEST, tmp_path)
+    assert (verdict.stage, verdict.ok) == (Stage.TIMING, True), verdict.message
+
+
+def test_an_answer_that_stops_working_after_the_checked_calls_fails(accepted, tmp_path):
+    verdict = judge(COUNTS, tmp_path)
+    assert (verdict.stage, verdict.ok) == (Stage.CORRECTNESS, False), verdict.message
+    assert "timed call" in verdict.message
+
+
+def test_a_subclass_output_fails_correctness(accepted, tmp_path):
+    verdict = judge(SUBCLASS, tmp_path)
+    assert (verdict.stage, verdict.ok) == (Stage.CORRECTNESS, False) and "tensor subclass" in verdict.message
