@@ -19,7 +19,7 @@ from kevin_agent.evaluate.worker.speed_of_light import timing_flags
 from kevin_agent.evaluate.worker.stages import _passed_message, settle_flags
 from kevin_agent.events import VerdictReady
 from kevin_agent.export import rl_samples, score
-from kevin_agent.loop.trajectories import Lane, best_of, fork_beam
+from kevin_agent.loop.trajectories import Trajectory, best_of, fork_beam
 from kevin_agent.progress import verdict_line
 from kevin_agent.report import report_data
 from kevin_agent.run_table import conclude
@@ -151,8 +151,8 @@ def test_an_untrusted_verdict_is_never_a_best(tmp_path, trust_verdicts, name, ol
 
 
 def test_loop_best_beam_and_early_stop_ignore_untrusted_speedups():
-    hack = Lane(0, [_pair("t0.0", flagged("escaped_stream", speedup=40.0))])
-    honest = Lane(1, [_pair("t1.0", loop_fixtures.timed(1.2))])
+    hack = Trajectory(0, [_pair("t0.0", flagged("escaped_stream", speedup=40.0))])
+    honest = Trajectory(1, [_pair("t1.0", loop_fixtures.timed(1.2))])
     assert hack.best_speedup == 0.0 and best_of([hack, honest]) == pytest.approx(1.2)
     forked = fork_beam([hack, honest], keep=1)
     assert [lane.last_id for lane in forked] == ["t1.0", "t1.0"]
