@@ -201,3 +201,47 @@ def test_eval_modules_import_without_heavy_packages() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""
+
+
+def _no_gpu() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device gives the architecture")
+
+
+def test_compiling_without_gpu_defaults_the_arch_to_9_0_unless_told() -> None:
+    from kevin_agent.commands.eval_cmd import default_arch
+
+    assert default_arch(None, True, {}) == "9.0"
+    assert default_arch("8.6", True, {}) == "8.6"
+    assert default_arch(None, True, {"TORCH_CUDA_ARCH_LIST": "8.0"}) is None  # the variable decides
+    assert default_arch(None, False, {}) is None  # a GPU here: its own architecture
+
+
+@pytest.mark.nvcc
+@pytest.mark.timeout(1800)  # a cold compile on a busy 2-core CI machine; shares the build above
+def test_compile_only_without_gpu_or_arch_compiles_for_9_0_and_says_so_once(shared_build_cache: Path) -> None:
+    _no_gpu()
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_CUDA_ARCH_LIST"}
+    proc = subprocess.run([sys.executable, "-m", "kevin_agent", "eval", ADD_TASK, ADD_CANDIDATE, "--compile-only",
+                           "--json", "--cache", str(shared_build_cache)],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["stage"] == "compile"
+    assert proc.stderr.strip().splitlines() == [
+        "kevin eval: no GPU here, so this compiled for CUDA architecture 9.0 (H100/H200); --arch or "
+        "TORCH_CUDA_ARCH_LIST picks another"]
+
+
+def test_optimize_without_gpu_names_commands_that_work_without_one() -> None:
+    import shlex
+
+    from kevin_agent.cli import build_parser
+    from kevin_agent.evaluate.environment import NO_DEVICE
+
+    commands = [c for c in NO_DEVICE.split("`")[1::2] if c.startswith("kevin ")]
+    assert commands == ["kevin eval FILE.py::Class CANDIDATE.py --compile-only"]
+    args = build_parser().parse_args(shlex.split(commands[0])[1:])
+    assert args.compile_only and args.arch is None  # works as written: no --arch needed
+    assert "--cluster ray://HEAD:10001" in NO_DEVICE and "--evaluator replay:FILE" in NO_DEVICE
