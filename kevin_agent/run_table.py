@@ -150,6 +150,10 @@ def conclude(record: RunRecord) -> Conclusion:
                       and v.details.suspicious)
         extra = (f" {flagged} correct kernel{'s were' if flagged > 1 else ' was'} flagged "
                  "suspicious and not counted.") if flagged else ""
+        if record.status in ("cancelled", "failed", "running"):  # unfinished: no verdict on the module
+            return Conclusion(None, None, None, False, "eager",
+                              f"No correct kernel so far: the run {_unfinished(record.status)} before "
+                              f"it finished.{extra}{note}")
         return Conclusion(None, None, None, False, "eager",
                           f"No correct kernel was found; keep the PyTorch module.{extra}{note}")
     candidate, verdict = best
@@ -159,6 +163,10 @@ def conclude(record: RunRecord) -> Conclusion:
     text = _conclusion_text(candidate.id, verdict.details, better, where)
     return Conclusion(candidate.id, verdict.details.speedup_vs_eager, verdict.details.speedup_vs_compile,
                       better == "kernel", better, text + note)
+
+
+def _unfinished(status: str) -> str:
+    return {"cancelled": "was cancelled", "failed": "failed"}.get(status, "stopped")
 
 
 def _conclusion_text(best_id: str, d: VerdictDetails, better: str, where: str) -> str:
