@@ -147,15 +147,16 @@ def candidates_table(rows: list[CandidateRow], title: str) -> Any:
 
     table = Table(title=title, title_justify="left")
     for name in ("candidate", "traj", "turn", "stage", "ok", "kernel ms", "vs eager",
-                 "vs compile", "SOL %"):
-        table.add_column(name, justify="right" if name not in ("candidate", "stage") else "left")
+                 "vs compile", "SOL %", "measured on"):
+        table.add_column(name, justify="right" if name not in ("candidate", "stage", "measured on") else "left")
     for r in rows:
         ok = "pending" if r.ok is None else ("yes" if r.ok else "no")
         if r.suspicious:
             ok += " (suspicious)"
         table.add_row(r.candidate_id, str(r.trajectory), str(r.turn), r.stage, ok,
                       _optional(r.kernel_ms, "{:.3f}"), _optional(r.speedup_vs_eager, "{:.2f}x"),
-                      _optional(r.speedup_vs_compile, "{:.2f}x"), _optional(r.sol_percent, "{:.0f}"))
+                      _optional(r.speedup_vs_compile, "{:.2f}x"), _optional(r.sol_percent, "{:.0f}"),
+                      r.measured_on or "-")
     return table
 
 

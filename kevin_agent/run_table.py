@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from kevin_agent.data import REPLAY_GPU_NAME, Candidate, TimingStats, Verdict, VerdictDetails
 from kevin_agent.run_record import RunRecord, RunSummary
-from kevin_agent.verdict_text import is_replayed, measured_label
+from kevin_agent.verdict_text import gpu_short, is_replayed, measured_label
 
 def plural(count: int, word: str) -> str:
     """"1 turn", "4 turns", "1 trajectory", "2 trajectories"."""
@@ -41,6 +41,7 @@ class CandidateRow:
     sol_percent: Optional[float]
     suspicious: bool
     message: str  # first line of the verdict's message
+    measured_on: Optional[str] = None  # "NVIDIA H200", or "NVIDIA H200, replayed" (verdict_text.gpu_short)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,7 +61,11 @@ def candidate_row(candidate: Candidate, verdict: Optional[Verdict]) -> Candidate
         speedup_vs_eager=details.speedup_vs_eager if verdict.correct else None,
         speedup_vs_compile=details.speedup_vs_compile if verdict.correct else None,
         sol_percent=sol, suspicious=details.suspicious, message=lines[0] if lines else "",
+        measured_on=gpu_short(details) if verdict.stage.value not in _MADE_HERE else None,
     )
+
+
+_MADE_HERE = ("format", "static")  # verdicts made without a GPU, wherever the others came from
 
 
 def candidate_rows(record: RunRecord) -> list[CandidateRow]:
