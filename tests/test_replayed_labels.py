@@ -160,7 +160,7 @@ def test_report_png_title_names_the_gpu_and_run_of_replayed_verdicts(tmp_path):
     title = _png_text(files.png.read_bytes())["Title"]
     assert title == f"Model, run run-1: {MEASURED}"
     assert plot_title(_record(good_verdict())) == "Model, run run-1"  # measured here: no label
-    assert f"<td>NVIDIA H200, replayed</td>" in files.html.read_text()  # the HTML table's rows
+    assert "<td>NVIDIA H200, replayed</td>" in files.html.read_text()  # the HTML table's rows
 
 
 def test_cli_table_rows_say_where_each_verdict_was_measured():
