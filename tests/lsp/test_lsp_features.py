@@ -8,7 +8,7 @@ from lsprotocol import types
 from kevin_agent.task import find_module_classes
 from lsp_support import execute, open_doc, replace_text, send_raw, server_env, wait_until
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(900)  # a guard: each test takes seconds
 
 
 def _position_offset(text: str, position: types.Position) -> int:
