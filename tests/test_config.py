@@ -178,3 +178,24 @@ def test_cli_stops_on_an_unknown_key_with_exit_2(tmp_path: Path, monkeypatch: py
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"kevin prompt: {tmp_path / 'kevin.toml'}: unknown key 'max_token' in [tool.kevin] "
                    "(did you mean 'max_tokens'?)"]
+
+
+def test_the_build_limit_comes_from_the_environment_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kevin_agent.evaluate.api import EvalSettings
+    from kevin_agent.evaluate.build.cache import BuildCache
+
+    monkeypatch.delenv("KEVIN_COMPILE_TIMEOUT_S", raising=False)
+    assert EvalSettings().compile_timeout_s == 300.0 and BuildCache(Path("/nonexistent")).timeout_s == 300.0
+    monkeypatch.setenv("KEVIN_COMPILE_TIMEOUT_S", "1500")
+    assert EvalSettings().compile_timeout_s == 1500.0 and BuildCache(Path("/nonexistent")).timeout_s == 1500.0
+    assert EvalSettings(compile_timeout_s=5.0).compile_timeout_s == 5.0  # an explicit limit wins
+    for bad in ("soon", "0", "-3", "inf"):
+        monkeypatch.setenv("KEVIN_COMPILE_TIMEOUT_S", bad)
+        with pytest.raises(UserInputError, match="KEVIN_COMPILE_TIMEOUT_S="):
+            EvalSettings()
+
+
+def test_the_suite_runs_with_a_build_limit_a_slow_machine_cannot_hit() -> None:
+    import os
+
+    assert float(os.environ["KEVIN_COMPILE_TIMEOUT_S"]) >= 1500  # set by tests/conftest.py
