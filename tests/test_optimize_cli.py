@@ -37,7 +37,7 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
-def kevin(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def kevin(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:  # a guard: seconds here
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KEVIN_", "OPENAI_"))}
     return subprocess.run([sys.executable, "-m", "kevin_agent", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
@@ -106,13 +106,13 @@ def test_killed_run_resumes_and_the_store_holds_everything(repo, fake_server):
     process = subprocess.Popen([sys.executable, "-m", "kevin_agent", *args], cwd=repo, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     db = repo / ".kevin" / "runs.sqlite"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 600  # a guard: the first verdict comes within seconds
     while verdict_count(db) < 1:
         assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, "no verdict within 60 s"
+        assert time.monotonic() < deadline, "no verdict within 600 s"
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
-    process.wait(timeout=30)
+    process.wait(timeout=300)
     assert process.returncode == -signal.SIGKILL
 
     interrupted = RunStore.for_path(repo).load_run("latest")
