@@ -99,7 +99,7 @@ def test_killed_run_resumes_and_the_store_holds_everything(repo, fake_server):
     (every request reaches a real HTTP server, which counts them)."""
     server = fake_server([{"match": "previous attempts", "text": reply("quick")},
                           {"match": "architecture", "text": reply("slow")}])
-    replay = write_replay(repo.parent / "replay.json", 1.0)
+    replay = write_replay(repo.parent / "replay.json", 3.0)  # verdicts 3 s apart: time to kill after the first
     args = ["optimize", "add.py::Model", "--backend", "openai", "--base-url", server.url,
             "--evaluator", f"replay:{replay}", "--gpu", "NVIDIA H100", "-m", "2", "-n", "2", "--json"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KEVIN_", "OPENAI_"))}
