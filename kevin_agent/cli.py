@@ -33,15 +33,58 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("doctor_cmd", "check this machine: torch, nvcc, GPUs, and the sandbox for model code"),
 }
 
+EXIT_CODES = "exit codes: 0 done; 2 bad input (a file, class, flag or config key to fix); 3 environment " \
+             "(no GPU, no nvcc, a missing package)"
+# subcommand -> its exit codes, where they differ from EXIT_CODES
+COMMAND_EXIT_CODES = {
+    "optimize": "exit codes: 0 done; 1 run failed (kept, resumable with --resume); 2 bad input (a file, class, "
+                "flag or config key to fix); 3 environment (no GPU, no nvcc); 130 cancelled (kept, resumable)",
+    "eval": "exit codes: 0 evaluated (whatever the verdict); 2 bad input; 3 environment (no nvcc or torch), "
+            "or no GPU for the GPU stage (the static checks and compile still ran)",
+}
+SETTINGS_COMMANDS = ("optimize", "prompt", "tui", "lsp", "eval")  # read [tool.kevin] and KEVIN_* variables
+
+
+def environment_help() -> str:
+    """The variables `kevin optimize` and the faces read (config.ENV_VARS, config.EVAL_ENV_VARS)."""
+    from kevin_agent.config import ENV_VARS, EVAL_ENV_VARS
+
+    names = [var for var, _ in ENV_VARS + EVAL_ENV_VARS if var not in ("KEVIN_API_KEY", "OPENAI_API_KEY")]
+    return ("environment: KEVIN_API_KEY (else OPENAI_API_KEY) is the model server's key; "
+            f"{', '.join(names)} set defaults (flags win; then the variables; then [tool.kevin] in "
+            "pyproject.toml or kevin.toml)")
+
+
+class ParagraphHelp(argparse.HelpFormatter):
+    """Wraps each paragraph of a description or epilog on its own (blank lines stay)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n\n".join(super(ParagraphHelp, self)._fill_text(part, width, indent)
+                           for part in text.split("\n\n"))
+
+
+def _epilog(name: str) -> str:
+    parts = [COMMAND_EXIT_CODES.get(name, EXIT_CODES)]
+    if name in SETTINGS_COMMANDS:
+        parts.append(environment_help())
+    return "\n\n".join(parts)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from kevin_agent import __version__
+
     parser = argparse.ArgumentParser(
         prog="kevin",
         description="Write, verify and commit CUDA kernels for PyTorch modules with the Kevin model.",
+        epilog=f"{EXIT_CODES}; `kevin COMMAND --help` gives each command's.\n\n{environment_help()}",
+        formatter_class=ParagraphHelp,
     )
+    parser.add_argument("--version", action="version", version=f"kevin-agent {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
         module = importlib.import_module(f"kevin_agent.commands.{module_name}")
-        sub = subparsers.add_parser(name, help=help_text, description=help_text)
+        sub = subparsers.add_parser(name, help=help_text, description=help_text, epilog=_epilog(name),
+                                    formatter_class=ParagraphHelp)
         module.add_arguments(sub)
         sub.set_defaults(_run=module.run)
     return parser

@@ -122,7 +122,29 @@ def load_config(repo_root: Path | None = None) -> KevinConfig:
 def _require_table(value: Any, path: Path) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise UserInputError(f"{path}: [tool.kevin] must be a table")
+    for key in value:
+        if key not in known_keys():
+            raise UserInputError(unknown_key_message(str(key), path))
     return value
+
+
+# keys of [tool.kevin] owned by other modules: accept.plan.CONFIG_KEY, accept.apply.HOOKS_CONFIG_KEY
+OTHER_KEYS = ("accept_dir", "run_hooks")
+
+
+def known_keys() -> tuple[str, ...]:
+    """Every key [tool.kevin] / kevin.toml may hold: backend settings, evaluation settings, accept's."""
+    backend = tuple(f.name for f in dataclasses.fields(BackendSettings))
+    return backend + tuple(key for _, key in EVAL_ENV_VARS) + OTHER_KEYS
+
+
+def unknown_key_message(key: str, path: Path) -> str:
+    """One line naming the unknown key and the closest known one (a typo such as ``base_ur``)."""
+    import difflib
+
+    close = difflib.get_close_matches(key, known_keys(), n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(sorted(known_keys()))}"
+    return f"{path}: unknown key {key!r} in [tool.kevin] ({hint})"
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(BackendSettings)}

@@ -55,6 +55,14 @@ class GpuWaiting:
 
 
 @dataclass(frozen=True)
+class ModelRetrying:
+    """A request to the model server failed and will be retried (one event per retry round)."""
+
+    run_id: str
+    message: str  # "model server: cannot reach http://...: ...; retry 1 of 4 in 1 s"
+
+
+@dataclass(frozen=True)
 class VerdictReady:
     run_id: str
     candidate: Candidate
@@ -90,6 +98,7 @@ Event = Union[
     CandidateGenerated,
     QueueChanged,
     GpuWaiting,
+    ModelRetrying,
     VerdictReady,
     TurnDone,
     RunDone,

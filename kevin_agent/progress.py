@@ -10,8 +10,8 @@ from kevin_agent.events import (
     CandidateGenerated,
     Event,
     GpuWaiting,
+    ModelRetrying,
     RunDone,
-    RunFailed,
     RunStarted,
     TurnDone,
     TurnStarted,
@@ -63,15 +63,13 @@ class PlainProgress:
             return f"  {c.id}: generated, {c.tokens} tokens{problem}"
         if isinstance(event, VerdictReady):
             return verdict_line(event)
-        if isinstance(event, GpuWaiting):
+        if isinstance(event, (GpuWaiting, ModelRetrying)):
             return f"  {event.message}"
         if isinstance(event, TurnDone):
             return f"turn {event.turn} done; best so far {_speedup(event.best_speedup or None)}"
         if isinstance(event, RunDone):
             return f"run {event.run_id} {'cancelled' if event.cancelled else 'done'}"
-        if isinstance(event, RunFailed):
-            return f"run {event.run_id} failed: {event.message}"
-        return None
+        return None  # RunFailed: the command prints the one line (with how to resume)
 
     def __enter__(self) -> PlainProgress:
         return self
@@ -102,9 +100,8 @@ class LiveProgress:
     def __call__(self, event: Event) -> None:
         with self._lock:
             self.view.apply(event)
-        if isinstance(event, (VerdictReady, RunFailed)):
-            message = verdict_line(event) if isinstance(event, VerdictReady) else \
-                f"run failed: {event.message}"
+        if isinstance(event, (VerdictReady, ModelRetrying)):  # RunFailed: the command says it once
+            message = verdict_line(event) if isinstance(event, VerdictReady) else f"  {event.message}"
             self._live.console.print(message, highlight=False, markup=False)
 
     def _render(self) -> Any:
@@ -151,21 +148,26 @@ def candidates_table(rows: list[CandidateRow], title: str) -> Any:
 
     table = Table(title=title, title_justify="left")
     for name in ("candidate", "traj", "turn", "stage", "ok", "kernel ms", "vs eager",
-                 "vs compile", "SOL %"):
-        table.add_column(name, justify="right" if name not in ("candidate", "stage") else "left")
+                 "vs compile", "SOL %", "measured on"):
+        table.add_column(name, justify="right" if name not in ("candidate", "stage", "measured on") else "left")
     for r in rows:
         ok = "pending" if r.ok is None else ("yes" if r.ok else "no")
         if r.untrusted:
             ok += f" ({r.untrusted})"
         table.add_row(r.candidate_id, str(r.trajectory), str(r.turn), r.stage, ok,
                       _optional(r.kernel_ms, "{:.3f}"), _optional(r.speedup_vs_eager, "{:.2f}x"),
-                      _optional(r.speedup_vs_compile, "{:.2f}x"), _optional(r.sol_percent, "{:.0f}"))
+                      _optional(r.speedup_vs_compile, "{:.2f}x"), _optional(r.sol_percent, "{:.0f}"),
+                      r.measured_on or "-")
     return table
 
 
 def print_run_result(console: Any, record: RunRecord) -> None:
-    """The table of candidates and the conclusion, as ``kevin optimize`` and ``kevin show`` end."""
-    console.print(candidates_table(candidate_rows(record), f"run {record.run_id} ({record.status})"))
+    """The table of candidates and the conclusion, as ``kevin optimize`` and ``kevin show`` end;
+    nothing for a run that stopped before any candidate (its one line says why)."""
+    rows = candidate_rows(record)
+    if not rows and record.status != "done":
+        return
+    console.print(candidates_table(rows, f"run {record.run_id} ({record.status})"))
     text = conclude(record).text
     console.print(text, highlight=False, markup=False)
     note = replay_note(record, text)

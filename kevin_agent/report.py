@@ -16,7 +16,7 @@ from typing import Optional
 
 from kevin_agent.run_record import RunRecord
 from kevin_agent.run_table import candidate_rows, conclude
-from kevin_agent.verdict_text import is_replayed, replay_note
+from kevin_agent.verdict_text import is_replayed, measured_label, replay_note
 
 
 @dataclass
@@ -69,7 +69,7 @@ def _compile_reference(record: RunRecord) -> Optional[float]:
 
 def render_png(data: ReportData, title: str) -> bytes:
     buffer = io.BytesIO()
-    figure(data, title).savefig(buffer, format="png")
+    figure(data, title).savefig(buffer, format="png", metadata={"Title": " ".join(title.split())})
     return buffer.getvalue()
 
 
@@ -116,20 +116,25 @@ def _replay_paragraph(record: RunRecord) -> str:
     return f'\n<p class="replayed"><em>{html.escape(note)}</em></p>' if note else ""
 
 
-def _title(record: RunRecord) -> str:
-    replayed = ", replayed verdicts" if any(v is not None and is_replayed(v.details)
-                                             for _, v in record.candidates) else ""
-    return f"{record.task.class_name} ({record.run_id}{replayed})"
+def plot_title(record: RunRecord) -> str:
+    """The PNG's title: the class and run, and for replayed verdicts where they were measured
+    ("measured on NVIDIA H200 in run X, replayed here"), wrapped to fit the figure."""
+    import textwrap
+
+    labels = sorted({label for _, v in record.candidates if v is not None and is_replayed(v.details)
+                     for label in [measured_label(v.details)] if label})
+    where = f": {'; '.join(labels)}" if labels else ""
+    return "\n".join(textwrap.wrap(f"{record.task.class_name}, run {record.run_id}{where}", 70))
 
 
 def render_html(record: RunRecord, png: bytes) -> str:
     rows = candidate_rows(record)
     header = ("candidate", "trajectory", "turn", "stage", "ok", "kernel ms", "vs eager",
-              "vs torch.compile", "SOL %", "trust", "message")
+              "vs torch.compile", "SOL %", "trust", "measured on", "message")
     body = "\n".join(
         "<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in (
             r.candidate_id, r.trajectory, r.turn, r.stage, r.ok, r.kernel_ms, r.speedup_vs_eager,
-            r.speedup_vs_compile, r.sol_percent, r.untrusted, r.message)) + "</tr>"
+            r.speedup_vs_compile, r.sol_percent, r.untrusted, r.measured_on, r.message)) + "</tr>"
         for r in rows
     )
     title = f"kevin run {record.run_id}: {record.task.class_name}"
@@ -170,7 +175,7 @@ def write_report(record: RunRecord, out_dir: Path) -> ReportFiles:
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    png = render_png(report_data(record), _title(record))
+    png = render_png(report_data(record), plot_title(record))
     png_path = out_dir / f"{record.run_id}.png"
     html_path = out_dir / f"{record.run_id}.html"
     write_bytes_atomically(png_path, png)

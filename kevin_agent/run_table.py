@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from kevin_agent.data import REPLAY_GPU_NAME, Candidate, TimingStats, Verdict, VerdictDetails
 from kevin_agent.run_record import RunRecord, RunSummary
-from kevin_agent.verdict_text import is_replayed, measured_label, untrusted_label
+from kevin_agent.verdict_text import gpu_short, is_replayed, measured_label, untrusted_label
 
 def plural(count: int, word: str) -> str:
     """"1 turn", "4 turns", "1 trajectory", "2 trajectories"."""
@@ -42,6 +42,7 @@ class CandidateRow:
     suspicious: bool  # not trusted (kept for readers of ``--json``; see ``untrusted``)
     message: str  # first line of the verdict's message
     untrusted: str = ""  # "not trusted: <short labels>", "" when trusted (or pending)
+    measured_on: Optional[str] = None  # "NVIDIA H200", or "NVIDIA H200, replayed" (verdict_text.gpu_short)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,7 +63,11 @@ def candidate_row(candidate: Candidate, verdict: Optional[Verdict]) -> Candidate
         speedup_vs_compile=details.speedup_vs_compile if verdict.correct else None,
         sol_percent=sol, suspicious=not verdict.trusted, message=lines[0] if lines else "",
         untrusted=untrusted_label(verdict, short=True) or "",
+        measured_on=gpu_short(details) if verdict.stage.value not in _MADE_HERE else None,
     )
+
+
+_MADE_HERE = ("format", "static")  # verdicts made without a GPU, wherever the others came from
 
 
 def candidate_rows(record: RunRecord) -> list[CandidateRow]:
@@ -149,6 +154,10 @@ def conclude(record: RunRecord) -> Conclusion:
     best = record.best()
     if best is None:
         extra = _untrusted_note(record)
+        if record.status in ("cancelled", "failed", "running"):  # unfinished: no verdict on the module
+            return Conclusion(None, None, None, False, "eager",
+                              f"No correct kernel so far: the run {_unfinished(record.status)} before "
+                              f"it finished.{extra}{note}")
         return Conclusion(None, None, None, False, "eager",
                           f"No correct kernel was found; keep the PyTorch module.{extra}{note}")
     candidate, verdict = best
@@ -168,6 +177,10 @@ def _untrusted_note(record: RunRecord) -> str:
     labels = "; ".join(dict.fromkeys(f.label for v in flagged for f in v.trust_flags))
     kernels = "kernels matched the reference but were" if len(flagged) > 1 else "kernel matched the reference but was"
     return f" {len(flagged)} {kernels} not trusted: {labels}; not counted."
+
+
+def _unfinished(status: str) -> str:
+    return {"cancelled": "was cancelled", "failed": "failed"}.get(status, "stopped")
 
 
 def _conclusion_text(best_id: str, d: VerdictDetails, better: str, where: str) -> str:

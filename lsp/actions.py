@@ -9,7 +9,7 @@ from lsprotocol import types
 from kevin_agent.errors import UserInputError
 from kevin_agent.task import ModuleClass, input_stub
 from kevin_agent.lsp.documents import Scan, class_name_near, enclosing
-from kevin_agent.lsp.lenses import OPTIMIZE
+from kevin_agent.lsp.lenses import OPTIMIZE, unavailable_reason
 
 
 def rewrite_title(name: str) -> str:
@@ -65,12 +65,12 @@ def code_actions(
         module = enclosing(scan.classes, line)
         name = module.name if module is not None else name
         if name is not None and disabled_support:
-            found.append(_rewrite(uri, name, f"fix the syntax error first: {scan.syntax_error}"))
+            found.append(_rewrite(uri, name, unavailable_reason(None, scan.syntax_error)))
         return found
     module = enclosing(scan.classes, line)
     if module is None:
         return found
-    reason = busy or (None if module.has_inputs else (module.missing_inputs or "no example inputs"))
+    reason = busy or unavailable_reason(module, None)
     if reason is None or disabled_support:
         found.append(_rewrite(uri, module.name, reason))
     if not module.has_inputs:

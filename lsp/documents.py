@@ -33,8 +33,10 @@ class ClassIndex:
         self._lock = threading.Lock()
 
     def scan(self, uri: str, source: str) -> Scan:
+        """The buffer's classes; messages name the file ("model.py:3"), not ``<source>``."""
+        path = uri_path(uri)
         try:
-            classes = tuple(find_module_classes(source))
+            classes = tuple(find_module_classes(source, path.name if path is not None else None))
         except UserInputError as err:
             with self._lock:
                 kept = self._last_good.get(uri, ())

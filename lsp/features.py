@@ -82,7 +82,7 @@ def _register_editing(server) -> None:
         uri = params.text_document.uri
         scan = ls.index.scan(uri, ls.workspace.get_text_document(uri).source)
         return code_lenses(uri, scan.classes, lambda name: ls.runs.get(uri, name),
-                           _accepted_lookup(uri))
+                           _accepted_lookup(uri), scan.syntax_error)
 
     @server.feature(
         types.TEXT_DOCUMENT_CODE_ACTION,

@@ -24,10 +24,22 @@ def _lens(line: int, title: str, command: str, *arguments: object) -> types.Code
     )
 
 
+def unavailable_reason(module: Optional[ModuleClass], syntax_error: Optional[str]) -> Optional[str]:
+    """Why no kernel can be written for the class now (the code action's disabled reason and the
+    lens's text agree): the buffer does not parse, or the class has no example inputs."""
+    if syntax_error is not None:
+        return f"fix the syntax error first: {syntax_error}"
+    if module is not None and not module.has_inputs:
+        return module.missing_inputs or "no example inputs"
+    return None
+
+
 def lenses_for_class(
-    uri: str, module: ModuleClass, run: Optional[RunState], accepted: Optional[AcceptedKernel]
+    uri: str, module: ModuleClass, run: Optional[RunState], accepted: Optional[AcceptedKernel],
+    syntax_error: Optional[str] = None,
 ) -> list[types.CodeLens]:
-    """The lenses of one class, from its run (if any) and its accepted kernel (if any)."""
+    """The lenses of one class, from its run (if any) and its accepted kernel (if any); a text-only
+    lens with the reason when no kernel can be written for it now."""
     line, name = module.start_line - 1, module.name
     if run is not None and run.active:
         return [_lens(line, run.summary(), INFO), _lens(line, "cancel", CANCEL, uri, name)]
@@ -47,6 +59,9 @@ def lenses_for_class(
             _lens(line, "re-run", OPTIMIZE, uri, name),
             _lens(line, "open kernel", OPEN_KERNEL, kernel),
         ]
+    reason = unavailable_reason(module, syntax_error)
+    if reason is not None:  # disabled, as the code action is: text only, with the reason
+        return [_lens(line, f"Kevin: write CUDA kernel (unavailable: {reason})", INFO)]
     return [_lens(line, "Kevin: write CUDA kernel", OPTIMIZE, uri, name)]
 
 
@@ -55,9 +70,11 @@ def code_lenses(
     classes: tuple[ModuleClass, ...],
     run_of: Callable[[str], Optional[RunState]],
     accepted_of: Callable[[str], Optional[AcceptedKernel]],
+    syntax_error: Optional[str] = None,
 ) -> list[types.CodeLens]:
-    """Lenses for every class of a buffer."""
+    """Lenses for every class of a buffer (its last good classes while it does not parse)."""
     found: list[types.CodeLens] = []
     for module in classes:
-        found.extend(lenses_for_class(uri, module, run_of(module.name), accepted_of(module.name)))
+        found.extend(lenses_for_class(uri, module, run_of(module.name), accepted_of(module.name),
+                                      syntax_error))
     return found

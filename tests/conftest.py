@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,24 @@ if not os.environ.get("CUDA_HOME") and shutil.which("nvcc"):
     if not os.path.isfile(os.path.join(_home, "include", "cuda_runtime.h")) and os.path.isdir("/usr/local/cuda"):
         _home = "/usr/local/cuda"
     os.environ["CUDA_HOME"] = _home
+
+
+# A cold build (precompiled header, torch headers) takes ~100 s on a 2-core machine and several times
+# that on a busy one: the product's 300 s build limit would stop it. Tests guard against hangs with
+# pytest-timeout instead (children inherit this; a test of the limit itself passes its own).
+os.environ.setdefault("KEVIN_COMPILE_TIMEOUT_S", "1500")
+
+
+def shared_build_cache_dir() -> Path:
+    """The one build cache of every test that really compiles (nvcc): the precompiled header and
+    each fixture's build are paid once per machine, not once per test. Outside pytest's rotating
+    basetemp (concurrent sessions prune it); content-addressed and locked, so sharing is safe."""
+    return Path(os.environ.get("KEVIN_TEST_BUILD_CACHE") or Path(tempfile.gettempdir()) / "kevin-test-build-cache")
+
+
+@pytest.fixture(scope="session")
+def shared_build_cache() -> Path:
+    return shared_build_cache_dir()
 
 
 def _has_cuda() -> bool:

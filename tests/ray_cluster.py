@@ -24,7 +24,7 @@ from typing import Mapping, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 RAY = str(Path(sys.executable).with_name("ray"))
-START_TIMEOUT_S = 120.0
+START_TIMEOUT_S = 600.0  # a guard: a node starts in ~15 s on a busy 2-core machine
 
 
 def free_port() -> int:

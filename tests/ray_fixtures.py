@@ -3,8 +3,10 @@ build cache entry (``result.json``, a log, a stand-in ``.so`` naming the node th
 node's own cache, like ``compile_candidate`` would, so entries really travel between machines.
 
 The candidate's source can say "fake-compile: SECONDS" (how long the build takes), "fake-compile:
-error" (a compile error) or "fake-compile: child SECONDS" (the build runs in a child process group,
-like ninja, and the child's pid goes to $KEVIN_TEST_PID_DIR/compile-<pid>).
+error" (a compile error), "fake-compile: child SECONDS" (the build runs in a child process group,
+like ninja, and the child's pid goes to $KEVIN_TEST_PID_DIR/compile-<pid>) or "fake-compile:
+barrier" (the build finishes only once builds have started on two different nodes: a test that
+wants both nodes to compile controls that itself instead of hoping the timing works out).
 """
 
 from __future__ import annotations
@@ -24,7 +26,23 @@ from kevin_agent.evaluate.build.cache import BuildCache, BuildResult
 from kevin_agent.evaluate.build.compile import CompileOutcome
 
 
+BARRIER_GUARD_S = 600.0  # a guard only: the other node's build starts within seconds
+
+
+def _wait_for_a_second_node(node: str) -> None:
+    """Mark a build started on ``node``; return once one has started on another node too."""
+    folder = Path(os.environ["KEVIN_TEST_PID_DIR"])
+    (folder / f"barrier-{node}-{os.getpid()}").touch()
+    deadline = time.monotonic() + BARRIER_GUARD_S
+    while time.monotonic() < deadline:
+        if len({p.name.removeprefix("barrier-").rsplit("-", 1)[0] for p in folder.glob("barrier-*")}) >= 2:
+            return
+        time.sleep(0.1)
+
+
 def _spec(code: str) -> tuple[str, float]:
+    if "fake-compile: barrier" in code:
+        return "barrier", 0.0
     marker = re.search(r"fake-compile: ?(error|child)? ?([\d.]+)?", code)
     if not marker:
         return "normal", 0.3
@@ -45,7 +63,9 @@ def fake_compile(code: str, cache: BuildCache) -> CompileOutcome:
     if not hit:
         if mode == "child" and not _build_in_child(seconds):  # killed: a failed build, cached like one
             return _failed_entry(final, key, node)
-        if mode != "child":
+        if mode == "barrier":
+            _wait_for_a_second_node(node)
+        elif mode != "child":
             time.sleep(seconds)
         (cache.root / "tmp").mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=cache.root / "tmp"))

@@ -89,7 +89,7 @@ def _run_in_terminal(root: Path, answer: str) -> str:
     process = subprocess.Popen([sys.executable, "-m", "kevin_agent", "accept", "latest"], cwd=root,
                                stdin=terminal, stdout=terminal, stderr=terminal, env=env, close_fds=True)
     os.close(terminal)
-    output, answered, deadline = b"", False, time.monotonic() + 120
+    output, answered, deadline = b"", False, time.monotonic() + 600  # a guard: it answers in seconds
     while time.monotonic() < deadline:
         ready, _, _ = select.select([controller], [], [], 0.5)
         if ready:
@@ -105,7 +105,7 @@ def _run_in_terminal(root: Path, answer: str) -> str:
                 answered = True
         elif process.poll() is not None:
             break
-    process.wait(timeout=30)
+    process.wait(timeout=300)
     os.close(controller)
     assert process.returncode == 0, output.decode(errors="replace")
     return output.decode(errors="replace")

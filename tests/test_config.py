@@ -26,7 +26,7 @@ def test_defaults() -> None:
 def test_pyproject_tool_kevin(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
         '[project]\nname = "x"\n\n[tool.kevin]\nmodel = "my/model"\nconcurrency = 3\n'
-        'temperature = 0.6\ntrajectories = 16\n'
+        'temperature = 0.6\naccept_dir = "kernels"\n'
     )
     config = load_config(tmp_path)
     assert config["model"] == "my/model" and config.source == tmp_path / "pyproject.toml"
@@ -138,3 +138,64 @@ def test_bad_evaluation_settings_name_the_fix(key, value, message):
 
     with pytest.raises(UserInputError, match=message):
         resolve_eval_settings({key: value})
+
+
+@pytest.mark.parametrize("name, text", [
+    ("kevin.toml", 'base_ur = "http://gpu:8000/v1"\n'),
+    ("pyproject.toml", '[tool.kevin]\nbase_ur = "http://gpu:8000/v1"\n'),
+])
+def test_unknown_key_is_an_error_naming_the_closest_known_one(tmp_path: Path, name: str, text: str) -> None:
+    (tmp_path / name).write_text(text)
+    with pytest.raises(UserInputError) as err:
+        load_config(tmp_path)
+    assert err.value.exit_code == 2
+    assert str(err.value) == f"{tmp_path / name}: unknown key 'base_ur' in [tool.kevin] (did you mean 'base_url'?)"
+
+
+def test_unknown_key_far_from_every_known_one_lists_them(tmp_path: Path) -> None:
+    (tmp_path / "kevin.toml").write_text('zzzz = 1\n')
+    with pytest.raises(UserInputError, match=r"unknown key 'zzzz'.*known keys: accept_dir, api_key, backend"):
+        load_config(tmp_path)
+
+
+def test_keys_of_every_owner_are_known(tmp_path: Path) -> None:
+    (tmp_path / "kevin.toml").write_text(
+        'base_url = "http://gpu:8000/v1"\npolicy = "partial"\ncluster = "auto"\nsandbox = "off"\n'
+        'accept_dir = "kernels"\nrun_hooks = true\nstream = false\n')
+    assert load_config(tmp_path)["run_hooks"] is True
+
+
+def test_cli_stops_on_an_unknown_key_with_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from kevin_agent.cli import main
+
+    (tmp_path / "kevin.toml").write_text('max_token = 100\n')
+    (tmp_path / "m.py").write_text(
+        "import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+        "def get_inputs():\n    return [torch.randn(4)]\ndef get_init_inputs():\n    return []\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["prompt", "m.py::M"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"kevin prompt: {tmp_path / 'kevin.toml'}: unknown key 'max_token' in [tool.kevin] "
+                   "(did you mean 'max_tokens'?)"]
+
+
+def test_the_build_limit_comes_from_the_environment_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kevin_agent.evaluate.api import EvalSettings
+    from kevin_agent.evaluate.build.cache import BuildCache
+
+    monkeypatch.delenv("KEVIN_COMPILE_TIMEOUT_S", raising=False)
+    assert EvalSettings().compile_timeout_s == 300.0 and BuildCache(Path("/nonexistent")).timeout_s == 300.0
+    monkeypatch.setenv("KEVIN_COMPILE_TIMEOUT_S", "1500")
+    assert EvalSettings().compile_timeout_s == 1500.0 and BuildCache(Path("/nonexistent")).timeout_s == 1500.0
+    assert EvalSettings(compile_timeout_s=5.0).compile_timeout_s == 5.0  # an explicit limit wins
+    for bad in ("soon", "0", "-3", "inf"):
+        monkeypatch.setenv("KEVIN_COMPILE_TIMEOUT_S", bad)
+        with pytest.raises(UserInputError, match="KEVIN_COMPILE_TIMEOUT_S="):
+            EvalSettings()
+
+
+def test_the_suite_runs_with_a_build_limit_a_slow_machine_cannot_hit() -> None:
+    import os
+
+    assert float(os.environ["KEVIN_COMPILE_TIMEOUT_S"]) >= 1500  # set by tests/conftest.py

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -25,16 +23,6 @@ BROKEN = GOOD.replace("out[idx] = a[idx] + b[idx];", "out[idx] = a[idx] + b_unde
     "kevin_fixture_elementwise_add", "kevin_test_broken_add")
 STANDIN = [sys.executable, str(Path(__file__).parent / "workers" / "standin.py")]
 FAKE_GPU = [DeviceInfo("stand-in", "standin-gpu-0", 0)]
-
-
-@pytest.fixture(scope="session")
-def shared_build_cache() -> Path:
-    """One build cache for the modules that compile (same in test_evaluator.py / test_eval_cli.py).
-
-    Outside pytest's rotating basetemp (concurrent sessions prune it); content-addressed and
-    locked, so reuse across runs is safe and only the first run pays for the compile.
-    """
-    return Path(os.environ.get("KEVIN_TEST_BUILD_CACHE") or Path(tempfile.gettempdir()) / "kevin-test-build-cache")
 
 
 class Recorder:

@@ -121,3 +121,20 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 0, err
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_readme_names_everything_the_test_command_installs():
+    """README's set-up section lists what scripts/test.sh installs: each Debian package, the dev
+    extra and the npm packages of the VS Code test."""
+    import json
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    script = (root / "scripts" / "test.sh").read_text()
+    setup = (root / "README.md").read_text().split("## Set up on a fresh machine", 1)[1].split("\n## ", 1)[0]
+    debian = re.findall(r"need\+=\(([\w.+-]+)\)", script)
+    assert debian and all(f"`{name}`" in setup for name in debian), debian
+    npm = json.loads((root / "tests" / "vscode_e2e" / "package.json").read_text())["dependencies"]
+    assert all(f"`{name}`" in setup for name in npm), npm
+    assert "'.[dev]'" in script and "`dev` extra" in setup

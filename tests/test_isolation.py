@@ -97,8 +97,8 @@ def test_hang_times_out_and_whole_group_dies(tmp_path: Path) -> None:
         elapsed = time.monotonic() - started
         grandchild = int(pid_file.read_text())
         assert result.verdict.stage is Stage.LOAD and "timed out after 1.5 s" in result.verdict.message
-        assert 1.4 < elapsed < 10
-        deadline = time.monotonic() + 5
+        assert 1.4 < elapsed < 300  # the limit held; the upper bound only says it did not hang
+        deadline = time.monotonic() + 300  # a guard: the kill is immediate
         while alive(grandchild) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not alive(grandchild), "the sleeping grandchild survived the kill"
@@ -146,21 +146,29 @@ def test_workers_import_the_parents_package_from_a_plain_checkout(tmp_path: Path
     assert done.stdout.strip() == str(checkout / "kevin_agent" / "__init__.py"), done.stderr
 
 
+def _wait_until(condition, what: str, guard_s: float = 300.0) -> None:
+    """Poll ``condition``; the guard is several times what it takes on a busy machine."""
+    deadline = time.monotonic() + guard_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _spare_ready(pool) -> bool:
+    return bool(pool._spare_workers) and all(pool._saw_ready(w) for w in pool._spare_workers)
+
+
 def test_spare_hides_start_time(tmp_path: Path) -> None:
-    with make_pool(tmp_path, "slowstart", extra_env={"START_DELAY": "1.5"}) as pool:
+    delay = 3.0  # each worker's start; a caller that found no ready spare waits at least this long
+    with make_pool(tmp_path, "slowstart", extra_env={"START_DELAY": str(delay)}) as pool:
         pool.start_spare()
-        time.sleep(2.5)  # the spare becomes ready while "the GPU is busy elsewhere"
-        started = time.monotonic()
+        _wait_until(lambda: _spare_ready(pool), "the spare to be ready")  # "the GPU is busy elsewhere"
         first = pool.run(job("normal"))
-        warm = time.monotonic() - started
-        time.sleep(2.0)
-        started = time.monotonic()
+        _wait_until(lambda: _spare_ready(pool), "the next spare to be ready")
         second = pool.run(job("normal"))
-        warm2 = time.monotonic() - started
     assert first.verdict.ok and second.verdict.ok and first.pid != second.pid
-    assert warm < 1.2 and warm2 < 1.2, (warm, warm2)
-    assert first.waited_s < 0.5 and second.waited_s < 0.5
-    assert first.startup_s is not None and first.startup_s >= 1.4  # paid, but while nobody waited
+    assert first.waited_s < delay / 2 and second.waited_s < delay / 2, (first.waited_s, second.waited_s)
+    assert first.startup_s is not None and first.startup_s >= delay - 0.1  # paid, but while nobody waited
 
 
 def test_without_spare_start_time_is_paid(tmp_path: Path) -> None:
@@ -186,7 +194,7 @@ def test_cancel_kills_running_worker(tmp_path: Path) -> None:
         timer.start()
         started = time.monotonic()
         result = pool.run(job("hang"), cancel=cancel)
-        assert time.monotonic() - started < 10
+        assert time.monotonic() - started < 50  # the hang's own limit is 60 s: cancel ended it
     assert result.cancelled and not result.verdict.ok and not alive(result.pid)
 
 
@@ -204,7 +212,7 @@ def test_close_while_a_worker_is_still_starting_kills_it(tmp_path: Path) -> None
     outcome: dict = {}
     runner = threading.Thread(target=lambda: outcome.setdefault("result", pool.run(job("normal"))))
     runner.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 300  # a guard: the worker is spawned at once
     while pool._running is None and time.monotonic() < deadline:  # the worker has been spawned
         time.sleep(0.05)
     starting = pool._running

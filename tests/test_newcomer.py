@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -206,7 +204,9 @@ def test_every_answer_compiles_except_the_one_meant_not_to():
     from kevin_agent.evaluate.api import EvalSettings
     from kevin_agent.evaluate.evaluator import CudaEvaluator
 
-    cache = Path(os.environ.get("KEVIN_TEST_BUILD_CACHE") or Path(tempfile.gettempdir()) / "kevin-test-build-cache")
+    from conftest import shared_build_cache_dir
+
+    cache = shared_build_cache_dir()
     task = load_task(f"{EXAMPLES / 'fused_gelu.py'}::FusedGELU")
     answers = sorted((EXAMPLES / "answers").glob("t*.py"))
     evaluator = CudaEvaluator(EvalSettings(compile_only=True, arch="9.0", cache_dir=cache))

@@ -6,7 +6,6 @@ compiles and lists the kernels the profiler will call its own."""
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -52,7 +51,9 @@ def test_kernelbench_adversarial_kernels_are_rejected_statically(path):
 
 
 def _cache() -> Path:
-    return Path(os.environ.get("KEVIN_TEST_BUILD_CACHE") or Path(tempfile.gettempdir()) / "kevin-test-build-cache")
+    from conftest import shared_build_cache_dir
+
+    return shared_build_cache_dir()
 
 
 @pytest.mark.nvcc

@@ -137,3 +137,44 @@ def _device_name() -> str:
     import torch
 
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no device"
+
+
+def _png_text(png: bytes) -> dict[str, str]:
+    """The PNG's tEXt chunks (what a viewer shows as the image's title)."""
+    import struct
+
+    chunks, at = {}, 8
+    while at < len(png):
+        length, kind = struct.unpack(">I4s", png[at:at + 8])
+        if kind == b"tEXt":
+            key, _, value = png[at + 8:at + 8 + length].partition(b"\0")
+            chunks[key.decode("latin-1")] = value.decode("latin-1")
+        at += 12 + length
+    return chunks
+
+
+def test_report_png_title_names_the_gpu_and_run_of_replayed_verdicts(tmp_path):
+    from kevin_agent.report import plot_title, write_report
+
+    files = write_report(_record(replayed_verdict()), tmp_path)
+    title = _png_text(files.png.read_bytes())["Title"]
+    assert title == f"Model, run run-1: {MEASURED}"
+    assert plot_title(_record(good_verdict())) == "Model, run run-1"  # measured here: no label
+    assert "<td>NVIDIA H200, replayed</td>" in files.html.read_text()  # the HTML table's rows
+
+
+def test_cli_table_rows_say_where_each_verdict_was_measured():
+    from rich.console import Console
+
+    from kevin_agent.run_table import candidate_rows
+
+    static = Verdict(Stage.STATIC, False, "rejected", VerdictDetails(gpu_name="replay", replayed=True))
+    record = RunRecord("run-1", TASK, {"trajectories": 1, "turns": 2}, "done", "2026-12-02T10:00:00",
+                       [(Candidate(0, 0, id="t0.0", code=GOOD), replayed_verdict()),
+                        (Candidate(0, 1, id="t0.1", code=GOOD), static)])
+    out = io.StringIO()
+    print_run_result(Console(file=out, width=200), record)
+    rows = {line.split()[1]: line for line in out.getvalue().splitlines() if line.startswith("│ t0.")}
+    assert rows["t0.0"].rstrip(" │").endswith("NVIDIA H200, replayed")
+    assert rows["t0.1"].rstrip(" │").endswith("-")  # a static rejection is made here, by no GPU
+    assert [r.measured_on for r in candidate_rows(record)] == ["NVIDIA H200, replayed", None]

@@ -203,30 +203,33 @@ class DeafReplay(ReplayEvaluator):
     """The replay evaluator that ignores cancel until released (like a long final measurement)."""
 
     release = threading.Event()
+    entered = threading.Event()  # the run is evaluating: the CLI waits for it now
 
     def evaluate(self, task, codes, **kwargs):
-        DeafReplay.release.wait(30)
+        DeafReplay.entered.set()
+        DeafReplay.release.wait(600)  # a guard only: the test releases it
         return super().evaluate(task, codes, **kwargs)
 
 
 def test_a_second_ctrl_c_marks_the_run_cancelled_and_says_how_to_resume(project, tmp_path, capsys):
     import _thread
-    import time
 
     from kevin_agent.commands.optimize_cmd import _play_in_thread
 
     def make_evaluator(spec, settings):
         return DeafReplay(spec.removeprefix("replay:"))
 
-    def press_ctrl_c_twice():
-        for pause in (0.5, 0.5):
-            time.sleep(pause)
-            _thread.interrupt_main()
+    def press_ctrl_c_twice():  # each press once the CLI is ready for it, however slow the machine
+        DeafReplay.entered.wait(600)
+        _thread.interrupt_main()
+        cancel.wait(600)  # the first press was handled: the second one quits
+        _thread.interrupt_main()
 
     DeafReplay.release.clear()
+    DeafReplay.entered.clear()
+    cancel = threading.Event()
     with RunService(environ={}, make_evaluator=make_evaluator) as service:
         prepared = service.open(request(project, tmp_path))
-        cancel = threading.Event()
         threading.Thread(target=press_ctrl_c_twice, daemon=True).start()
         try:
             with pytest.raises(KeyboardInterrupt):

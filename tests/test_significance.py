@@ -68,7 +68,7 @@ def test_the_editor_question_says_tie():
     assert "a tie with torch.compile, within the timing noise" in result_message(state)
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(600)  # a guard: the TUI run takes seconds
 async def test_the_terminal_ui_says_tie(tmp_path):
     from textual.widgets import Static
 

@@ -8,8 +8,8 @@ from kevin_agent.data import Candidate, Verdict
 from kevin_agent.run_table import candidate_row
 from kevin_agent.verdict_text import untrusted_label
 
-ROW_COLUMNS = ("traj", "turn", "verdict", "kernel ms", "x eager", "x compile", "SoL %")
-ROW_WIDTHS = (4, 4, 18, 9, 7, 9, 5)  # fixed: rows arrive one by one during a run
+ROW_COLUMNS = ("id", "traj", "turn", "verdict", "kernel ms", "x eager", "x compile", "SoL %")
+ROW_WIDTHS = (6, 4, 4, 18, 9, 7, 9, 5)  # fixed: rows arrive one by one during a run
 
 
 def fill_table(table: Any, headers: Sequence[str], rows: Sequence[Sequence[str]],
@@ -42,9 +42,11 @@ def verdict_label(verdict: Optional[Verdict]) -> str:
 
 
 def row_cells(candidate: Candidate, verdict: Optional[Verdict]) -> tuple[str, ...]:
-    """One DataTable row: trajectory, turn, verdict, kernel ms, speedups, speed-of-light %."""
+    """One DataTable row: the candidate id (t1.1, as `kevin show` takes it), trajectory, turn,
+    verdict, kernel ms, speedups, speed-of-light %."""
     row = candidate_row(candidate, verdict)
     return (
+        candidate.id,
         str(candidate.trajectory),
         str(candidate.turn),
         verdict_label(verdict),

@@ -28,6 +28,7 @@ class Completion:
     finish_reason: str = "stop"  # "stop" | "length" | ...
     tokens: int = 0  # completion tokens
     error: Optional[str] = None  # one line when this request failed for good
+    server_down: bool = False  # the server itself failed (unreachable, 5xx, timeouts after retries): ends the run
 
 
 DEFAULT_CONTEXT_TOKENS = 32768  # when neither the settings nor the server say
@@ -52,6 +53,7 @@ class Backend(ABC):
     """
 
     name: str = "backend"
+    on_retry: Optional[Callable[[str], None]] = None  # one line per retry round, for progress
 
     @abstractmethod
     def complete(

@@ -2,7 +2,8 @@
 
 Bounded concurrency, retries with exponential backoff and jitter on 429 / 5xx / connection errors,
 request timeouts, streamed token counts, vLLM's separate reasoning field. A request that fails for
-good comes back as ``Completion(error=...)`` so one bad request never loses the batch.
+good comes back as ``Completion(error=...)`` (``server_down`` when retrying did not help: the
+session then stops the run); each retry round is reported once through ``on_retry``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,23 @@ def error_line(err: BaseException, base_url: str) -> str:
         cause = err.__cause__ or err
         return _one_line(f"cannot reach {base_url}: {cause}")
     return _one_line(f"{type(err).__name__}: {err}")
+
+
+def what_to_check(err: BaseException) -> str:
+    """The one thing to check for a request that failed for good."""
+    import openai
+
+    status = err.status_code if isinstance(err, openai.APIStatusError) else None
+    if status in (401, 403):
+        return "check the API key (KEVIN_API_KEY or OPENAI_API_KEY)"
+    if status == 404:
+        return "check the model name (--model, KEVIN_MODEL) and that the URL ends in /v1"
+    if isinstance(err, openai.APITimeoutError):
+        return "check the server's load, or raise timeout_s in kevin.toml"
+    if isinstance(err, openai.APIConnectionError):
+        return ("check that the server runs there (e.g. `vllm serve cognition-ai/Kevin-32B`) and the URL "
+                "(--base-url, KEVIN_BASE_URL)")
+    return "check the server's log"
 
 
 def _retryable(err: BaseException) -> bool:
@@ -94,6 +112,8 @@ class OpenAIBackend(Backend):
         self._slots = threading.BoundedSemaphore(settings.concurrency)
         self._cancel = threading.Event()
         self._info: BackendInfo | None = None
+        self._retry_lock = threading.Lock()
+        self._retries_reported: set[int] = set()  # retry rounds already reported in this batch
 
     def cancel(self) -> None:
         """Abort requests in flight; they return Completion(error="cancelled")."""
@@ -120,6 +140,7 @@ class OpenAIBackend(Backend):
         on_tokens: Optional[TokenCallback] = None,
     ) -> list[Completion]:
         self._cancel.clear()
+        self._retries_reported.clear()
         if not conversations:
             return []
         workers = min(len(conversations), max(self.settings.concurrency, 1), 64)
@@ -148,13 +169,28 @@ class OpenAIBackend(Backend):
                 return Completion(text="", finish_reason="cancelled", error="cancelled")
             except Exception as err:  # noqa: BLE001 - every failure becomes data
                 if not _retryable(err) or attempt == attempts - 1:
-                    suffix = f" (after {attempt + 1} attempts)" if attempt else ""
-                    return Completion(text="", finish_reason="error",
-                                      error=error_line(err, self.base_url) + suffix)
+                    return self._failed(err, attempt + 1)
                 delay = self._backoff(attempt, _retry_after(err))
+                self._report_retry(attempt, err, delay)
                 if self._cancel.wait(delay):
                     return Completion(text="", finish_reason="cancelled", error="cancelled")
         raise AssertionError("unreachable")
+
+    def _failed(self, err: Exception, attempts: int) -> Completion:
+        """A request that failed for good: what failed, the URL, what to check; ``server_down``
+        when retrying did not help (the server, not this request, is the problem)."""
+        suffix = f" after {attempts} attempts" if attempts > 1 else ""
+        return Completion(text="", finish_reason="error", server_down=_retryable(err),
+                          error=f"{error_line(err, self.base_url)}{suffix}; {what_to_check(err)}")
+
+    def _report_retry(self, attempt: int, err: Exception, delay: float) -> None:
+        """One progress line per retry round (not per request of the batch)."""
+        with self._retry_lock:
+            if attempt in self._retries_reported or self.on_retry is None:
+                return
+            self._retries_reported.add(attempt)
+        self.on_retry(f"model server: {error_line(err, self.base_url)}; retry {attempt + 1} of "
+                      f"{self.settings.max_retries} in {delay:.0f} s")
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         """Exponential backoff with full jitter; a server's Retry-After is honoured (capped)."""

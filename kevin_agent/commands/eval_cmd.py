@@ -3,7 +3,8 @@
 Exit 0 whenever it evaluated (any verdict), 2 for bad input, 3 for a missing nvcc (or torch), and
 3 when no CUDA device is visible: then the static checks and the compile still run and their
 verdict is printed (exit 0 when they fail: the user learns what is wrong), and one line says that
-the GPU stage needs a GPU. Standard library at module level only: runs with just torch on a bare
+the GPU stage needs a GPU. Compiling without a GPU, without --arch and without
+TORCH_CUDA_ARCH_LIST builds for 9.0 (H100/H200) and says so once. Standard library at module level only: runs with just torch on a bare
 GPU host.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -23,15 +25,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("task", metavar="TASK", help="FILE.py::Class, or FILE.py holding one nn.Module")
     parser.add_argument("candidate", metavar="CANDIDATE.py", help="a Kevin-format answer (class ModelNew)")
     parser.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
-    parser.add_argument("--compile-only", action="store_true", help="stop after compiling (no GPU needed)")
+    parser.add_argument("--compile-only", action="store_true",
+                        help="stop after compiling (no GPU needed; without one it builds for 9.0)")
     parser.add_argument("--trials", type=_positive, default=None, metavar="N",
                         help="correctness trials on fresh inputs (default 5)")
     parser.add_argument("--timing-trials", type=_positive, default=None, metavar="N",
                         help="timed runs per variant (default 100)")
     parser.add_argument("--no-torch-compile", action="store_true", help="do not time the torch.compile reference")
     parser.add_argument("--arch", default=None, metavar="ARCH",
-                        help="CUDA architecture to build for, e.g. 9.0 (default: the device's, or "
-                             "TORCH_CUDA_ARCH_LIST; needed to compile on a machine without a GPU)")
+                        help="CUDA architecture to build for, e.g. 8.6 (default: TORCH_CUDA_ARCH_LIST, "
+                             "else the device's, else 9.0 on a machine without a GPU)")
     parser.add_argument("--cache", default=None, metavar="DIR", help="build cache directory")
     parser.add_argument("--fresh-baselines", action="store_true",
                         help="time eager and torch.compile again instead of reusing the baselines stored "
@@ -77,9 +80,17 @@ NEEDS_GPU = ("the GPU stage (correctness, timing) needs an NVIDIA GPU, and none 
              "full verdict (`--compile-only` stops after compiling and exits 0)")
 
 
-def _settings(args: argparse.Namespace, compile_only: bool):  # -> EvalSettings
-    import os
+def default_arch(requested: str | None, compiles_without_gpu: bool, environ: dict[str, str]) -> str | None:
+    """The architecture to build for: --arch; else, compiling without a GPU and without
+    TORCH_CUDA_ARCH_LIST, 9.0 (H100/H200); else None (the device's or the variable's)."""
+    from kevin_agent.evaluate.environment import COMPILE_ONLY_ARCH
 
+    if requested or not compiles_without_gpu or environ.get("TORCH_CUDA_ARCH_LIST"):
+        return requested
+    return COMPILE_ONLY_ARCH
+
+
+def _settings(args: argparse.Namespace, compile_only: bool, arch: str | None):  # -> EvalSettings
     from kevin_agent.config import load_config, resolve_eval_settings
     from kevin_agent.evaluate.api import EvalSettings
 
@@ -89,7 +100,7 @@ def _settings(args: argparse.Namespace, compile_only: bool):  # -> EvalSettings
         timing_trials=args.timing_trials or defaults.timing_trials,
         compile_only=compile_only,
         with_torch_compile=not args.no_torch_compile,
-        arch=_arch(args.arch),
+        arch=arch,
         cache_dir=Path(args.cache).expanduser() if args.cache else None,
         fresh_baselines=args.fresh_baselines,
         **resolve_eval_settings({"policy": args.policy, "sandbox": args.sandbox}, os.environ, load_config(None)),
@@ -118,7 +129,9 @@ def run(args: argparse.Namespace) -> int:
         if rejected is not None:
             _print(rejected, args.json)
             return 0
-    evaluator = CudaEvaluator(_settings(args, compile_only=args.compile_only or without_gpu))
+    compiles_without_gpu = without_gpu or (args.compile_only and not _gpu_visible())
+    arch = default_arch(_arch(args.arch), compiles_without_gpu, dict(os.environ))
+    evaluator = CudaEvaluator(_settings(args, args.compile_only or without_gpu, arch))
     try:
         try:
             evaluator.check_environment()
@@ -130,6 +143,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         evaluator.close()
     _print(verdict, args.json)
+    if arch is not None and args.arch is None and verdict.stage.value != "static":  # said once
+        print(f"kevin eval: no GPU here, so this compiled for CUDA architecture {arch} (H100/H200); "
+              "--arch or TORCH_CUDA_ARCH_LIST picks another", file=sys.stderr)
     note = baseline_note(verdict)
     if note:
         print(f"kevin eval: {note}", file=sys.stderr)

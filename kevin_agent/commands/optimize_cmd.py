@@ -125,10 +125,10 @@ def _play_in_thread(prepared: Any, cancel: threading.Event) -> Any:
         while not finished.wait(0.2):
             pass
     except KeyboardInterrupt:
-        cancel.set()
-        print("kevin optimize: cancelling; finished work is kept (Ctrl-C again to quit now)",
-              file=sys.stderr, flush=True)
-        try:
+        try:  # a second Ctrl-C at any point after the first one (even before this line) quits now
+            cancel.set()
+            print("kevin optimize: cancelling; finished work is kept (Ctrl-C again to quit now)",
+                  file=sys.stderr, flush=True)
             while not finished.wait(0.2):
                 pass
         except KeyboardInterrupt:

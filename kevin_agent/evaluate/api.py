@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -16,6 +16,28 @@ from kevin_agent.data import Task, Verdict
 VerdictCallback = Callable[[int, Verdict], None]  # (index into the batch, verdict)
 QueueCallback = Callable[[int, int], None]  # (waiting to compile, waiting for the GPU)
 WaitCallback = Callable[[str], None]  # "waiting for GPU 0, in use by kevin lsp pid 4242"
+
+
+DEFAULT_COMPILE_TIMEOUT_S = 300.0
+COMPILE_TIMEOUT_VAR = "KEVIN_COMPILE_TIMEOUT_S"  # a slower machine's build limit (the test suite sets one)
+
+
+def compile_timeout_default() -> float:
+    """The build limit in seconds: KEVIN_COMPILE_TIMEOUT_S when set, else 300 s."""
+    import os
+
+    from kevin_agent.errors import UserInputError
+
+    text = os.environ.get(COMPILE_TIMEOUT_VAR, "").strip()
+    if not text:
+        return DEFAULT_COMPILE_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise UserInputError(f"{COMPILE_TIMEOUT_VAR}={text!r} is not a number of seconds above 0")
+    return value
 
 
 @dataclass(frozen=True)
@@ -27,7 +49,7 @@ class EvalSettings:
     warmup_trials: int = 10
     compile_only: bool = False
     with_torch_compile: bool = True  # also time the torch.compile reference
-    compile_timeout_s: float = 300.0
+    compile_timeout_s: float = field(default_factory=compile_timeout_default)  # per build (nvcc + ninja)
     run_timeout_s: float = 180.0  # per candidate in the GPU worker
     arch: Optional[str] = None  # TORCH_CUDA_ARCH_LIST value; detected from the device when None
     cache_dir: Optional[Path] = None  # build cache; default ~/.cache/kevin-agent/build

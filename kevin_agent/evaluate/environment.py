@@ -13,6 +13,17 @@ from typing import Optional
 from kevin_agent.errors import EnvironmentProblem
 
 
+# the architecture `kevin eval --compile-only` builds for without a GPU, --arch or TORCH_CUDA_ARCH_LIST
+COMPILE_ONLY_ARCH = "9.0"  # H100 / H200, the GPUs Kevin targets
+NO_DEVICE = (
+    "no CUDA device is visible (torch.cuda.is_available() is False), and kernels are judged on an "
+    "NVIDIA GPU; without one, `kevin eval FILE.py::Class CANDIDATE.py --compile-only` compiles a "
+    f"candidate (for architecture {COMPILE_ONLY_ARCH}; --arch picks another), `--cluster "
+    "ray://HEAD:10001` judges on a Ray cluster's GPUs, and `--evaluator replay:FILE` replays recorded "
+    "verdicts (README: Try it without a GPU)"
+)
+
+
 @dataclass(frozen=True)
 class EnvironmentInfo:
     torch_version: str
@@ -78,10 +89,7 @@ def check_environment(compile_only: bool = False) -> EnvironmentInfo:
     if not os.environ.get("CUDA_HOME") and info.cuda_home:
         os.environ["CUDA_HOME"] = info.cuda_home
     if not compile_only and info.gpu_name is None:
-        raise EnvironmentProblem(
-            "no CUDA device is visible (torch.cuda.is_available() is False); kernels are judged on "
-            "an NVIDIA GPU (`kevin eval --compile-only` only compiles and works without one)"
-        )
+        raise EnvironmentProblem(NO_DEVICE)
     return info
 
 

@@ -22,6 +22,7 @@ from kevin_agent.events import (
     CandidateGenerated,
     EventSink,
     GpuWaiting,
+    ModelRetrying,
     QueueChanged,
     RunDone,
     RunFailed,
@@ -73,6 +74,7 @@ class Session:
         self.store = store
         self.events = events
         self.run_id = run_id or new_run_id()
+        backend.on_retry = lambda message: self.events(ModelRetrying(self.run_id, message))
         self.failure: Optional[KevinError] = None  # why the run failed, when it did
         self._resuming: Optional[ResumePoint] = None
         self._lock = threading.Lock()
@@ -229,8 +231,9 @@ class Session:
                 f"the {self.backend.name} backend returned {len(completions)} completions "
                 f"for {len(lanes)} conversations"))
         errors = [c.error for c in completions if c.error]
-        if len(errors) == len(completions):
-            raise StepFailed(KevinError(f"the {self.backend.name} backend failed: {errors[0]}"))
+        down = [c.error for c in completions if c.error and c.server_down]
+        if down or len(errors) == len(completions):  # the server, not one request: the run stops
+            raise StepFailed(KevinError(f"model request failed: {(down or errors)[0]}"))
         self.events(TokensGenerated(self.run_id, turn,
                                     {lane.index: c.tokens for lane, c in zip(lanes, completions)}))
         out: list[tuple[int, Candidate, Optional[Verdict]]] = []

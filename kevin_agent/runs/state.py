@@ -14,6 +14,7 @@ from kevin_agent.events import (
     CandidateGenerated,
     Event,
     GpuWaiting,
+    ModelRetrying,
     QueueChanged,
     RunDone,
     RunFailed,
@@ -107,6 +108,7 @@ class RunView:
 
     def _generated(self, event: CandidateGenerated) -> None:
         candidate = event.candidate
+        self.waiting = ""  # a reply came: no longer waiting for the model server
         self.tokens[candidate.trajectory] = candidate.tokens
         self.tokens_by_turn[candidate.turn] = sum(self.tokens.values())
         self.trajectory_state[candidate.trajectory] = (
@@ -117,7 +119,7 @@ class RunView:
     def _queue(self, event: QueueChanged) -> None:
         self.compiling, self.timing = event.compiling, event.timing
 
-    def _waiting(self, event: GpuWaiting) -> None:
+    def _waiting(self, event: GpuWaiting | ModelRetrying) -> None:
         self.waiting = event.message
 
     def _verdict(self, event: VerdictReady) -> None:
@@ -151,6 +153,7 @@ _HANDLERS = {
     CandidateGenerated: RunView._generated,
     QueueChanged: RunView._queue,
     GpuWaiting: RunView._waiting,
+    ModelRetrying: RunView._waiting,
     VerdictReady: RunView._verdict,
     TurnDone: RunView._turn_done,
     RunDone: RunView._done,

@@ -29,6 +29,6 @@ async def launch():
     yield go
     for client in started:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(client.shutdown_session(), 10)
+            await asyncio.wait_for(client.shutdown_session(), 120)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(client.stop(), 10)
+            await asyncio.wait_for(client.stop(), 120)

@@ -184,8 +184,9 @@ def replace_text(client: LanguageClient, uri: str, text: str, version: int = 2) 
         content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
 
 
-async def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
-    """Poll already-received state (never misses a message that came before the call)."""
+async def wait_until(predicate: Callable[[], Any], timeout: float = 300.0, what: str = "") -> Any:
+    """Poll already-received state (never misses a message that came before the call). The
+    timeout is a guard only, several times what a wait takes on a busy 2-core machine."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -213,4 +214,4 @@ async def send_raw(client: LanguageClient, msg_id: str, method: str, params: Any
     future: Future = Future()
     client.protocol._request_futures[msg_id] = future
     client.protocol.writer.write(f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
-    return await asyncio.wait_for(asyncio.wrap_future(future), 10)
+    return await asyncio.wait_for(asyncio.wrap_future(future), 120)  # a guard: replies take milliseconds

@@ -11,7 +11,7 @@ from lsp_support import (
     MODULE_SOURCE, execute, git, logs, open_doc, scripted, server_env, wait_until, write_fixtures,
 )
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = pytest.mark.timeout(900)  # a guard: a flow takes seconds
 
 PLAN = {(0, 0): "slow", (1, 0): "quick", (0, 1): "fastest", (1, 1): "wrong"}
 EDITED = MODULE_SOURCE.replace("return a + b", "return b + a")  # unsaved edit in the buffer
@@ -100,7 +100,7 @@ async def test_show_diff_then_discard_and_queueing(launch, tmp_path, repo):
     assert (await execute(client, "kevin.optimize", other, "Model"))["status"] == "queued"
     with pytest.raises(Exception, match="already"):
         await execute(client, "kevin.optimize", uri, "Model")
-    await wait_until(lambda: len(editor.questions) == 2, timeout=60, what="both runs to finish")
+    await wait_until(lambda: len(editor.questions) == 2, what="both runs to finish")
 
     # the second answer reaches the server after the question was recorded: wait for its diff
     def shown_diffs():

@@ -32,22 +32,22 @@ def test_a_queued_run_cancelled_before_its_turn_never_plays():
         def play(self, cancel) -> None:
             played.append(self.state.uri)
             playing.set()
-            release.wait(10)
+            release.wait(300)  # a guard: the test releases it
             self.events(RunDone(self.run_id, None, None, cancelled=cancel.is_set()))
 
     listener = _Recorder()
     runs = RunManager(Prepared, listener)
     first = runs.submit(RunState("a", "Model", TASK, 1, 1))
-    assert playing.wait(10)
+    assert playing.wait(300)
     second = runs.submit(RunState("b", "Model", TASK, 1, 1))
     assert runs.cancel("b", "Model") and second.status == "cancelled"
     release.set()
-    for _ in range(200):
+    for _ in range(6000):  # a guard of 300 s: the run ends at once
         if not first.active:
             break
         threading.Event().wait(0.05)
     runs.close()
-    runs._worker.join(10)
+    runs._worker.join(300)
     assert played == ["a"] and first.status == "done" and second.status == "cancelled"
     assert ("b", "running") not in listener.changes
 

@@ -46,10 +46,10 @@ async def test_run_details_accept_commit_and_undo(tmp_path):
         await start_run(pilot, script)
         await wait_for(pilot, lambda: app.screen.status == "done", what="run done")
         rows = cells(app)
-        assert [(r[0], r[1], r[2]) for r in rows] == [
-            ("0", "0", "compile failed"), ("1", "0", "correct"),
-            ("0", "1", "correct"), ("1", "1", "correctness failed")]
-        assert rows[2][4:6] == ["2.00x", "1.33x"] and rows[1][4] == "0.80x"
+        assert [(r[0], r[1], r[2], r[3]) for r in rows] == [
+            ("t0.0", "0", "0", "compile failed"), ("t1.0", "1", "0", "correct"),
+            ("t0.1", "0", "1", "correct"), ("t1.1", "1", "1", "correctness failed")]  # ids as `kevin show` takes
+        assert rows[2][5:7] == ["2.00x", "1.33x"] and rows[1][5] == "0.80x"
         assert "tokens" in str(app.screen.query_one("#progress", Static).render())
 
         await pilot.press("down", "down", "enter")  # t0.1, the 2.0x kernel
@@ -160,7 +160,7 @@ async def test_bad_endpoint_shows_a_notification_and_the_app_stays_alive(tmp_pat
     async with app.run_test(size=(80, 24)) as pilot:
         await start_run(pilot, script, backend="openai",
                         endpoint=f"http://127.0.0.1:{_closed_port()}/v1")
-        await wait_for(pilot, lambda: app.screen.status == "failed", timeout=60, what="failure")
+        await wait_for(pilot, lambda: app.screen.status == "failed", what="failure")
         assert any(n.startswith("Run failed") for n in notifications(app))
         assert "Run failed" in str(app.screen.query_one("#conclusion", Static).render())
         await pilot.press("escape")
@@ -203,5 +203,7 @@ async def test_command_palette_offers_the_screen_actions(tmp_path):
         names = [name for name, _, _ in provider._commands()]
         assert "Accept & commit" in names and "Quit" in names
         assert "Cancel run" not in names  # not available once the run is done
+        footer = [b.binding.description for b in app.screen.active_bindings.values()]
+        assert "Cancel run" not in footer and "Accept & commit" in footer  # hidden, not just dimmed
         hits = [hit async for hit in provider.search("undo")]
         assert [h.text for h in hits] == ["Undo accept"]

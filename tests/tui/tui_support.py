@@ -64,7 +64,12 @@ def make_app(tmp_path: Path, *, plan=PLAN, delay_s: float = 0.0, name: str = "de
     return app, root, script
 
 
-async def wait_for(pilot, condition: Callable[[], bool], timeout: float = 20.0,
+# A guard only, several times what any wait takes on a busy 2-core machine (seconds): waits end
+# when their condition holds, so a slow machine waits longer instead of failing.
+GUARD_S = 300.0
+
+
+async def wait_for(pilot, condition: Callable[[], bool], timeout: float = GUARD_S,
                    what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not condition():

@@ -82,8 +82,8 @@ class RunScreen(Screen):
         return self.status in ACTIVE
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "cancel_run":
-            return True if self.running else None
+        if action == "cancel_run":  # hidden, not dimmed, once the run has finished: nothing to cancel
+            return self.running
         if action in ("discard", "back"):
             return None if self.running else True
         if action in ("accept", "details"):

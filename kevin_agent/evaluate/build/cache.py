@@ -84,11 +84,13 @@ class BuildResult:
 class BuildCache:
     """Content-addressed build cache; safe to share between processes."""
 
-    def __init__(self, root: Path | None = None, arch: str | None = None, timeout_s: float = 300.0,
+    def __init__(self, root: Path | None = None, arch: str | None = None, timeout_s: float | None = None,
                  ninja_jobs: int | None = None, split: bool = True) -> None:
+        from kevin_agent.evaluate.api import compile_timeout_default
+
         self.root = Path(root) if root is not None else default_cache_root()
         self.arch = arch
-        self.timeout_s = timeout_s
+        self.timeout_s = timeout_s if timeout_s is not None else compile_timeout_default()
         self.ninja_jobs = ninja_jobs or max(2, os.cpu_count() or 2)
         self.split = split  # False forces the whole path (benchmarks, comparisons)
         self.sandbox = "auto"  # confine compilers and the load_inline recorder: auto | required | off

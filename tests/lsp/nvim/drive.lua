@@ -14,8 +14,8 @@ end
 
 vim.cmd('edit ' .. vim.fn.fnameescape(os.getenv('KEVIN_TEST_FILE')))
 local bufnr = vim.api.nvim_get_current_buf()
-wait(30000, function() return #vim.lsp.buf_get_clients(bufnr) > 0 end, 'client attach')
-wait(30000, function()
+wait(600000, function() return #vim.lsp.buf_get_clients(bufnr) > 0 end, 'client attach')
+wait(600000, function()
   require('kevin').refresh_lenses()
   vim.wait(200)
   return #vim.lsp.codelens.get(bufnr) > 0
@@ -30,11 +30,11 @@ vim.cmd('normal! ccreturn b + a')
 vim.fn.search('def forward', 'b')
 local reply = nil
 require('kevin').execute('optimize', function(err, result) reply = err or result end)
-wait(20000, function() return reply ~= nil end, 'optimize reply')
+wait(600000, function() return reply ~= nil end, 'optimize reply')
 table.insert(out, 'OPTIMIZE ' .. vim.inspect(reply):gsub('\n', ' '))
 
 local repo = vim.fn.fnamemodify(os.getenv('KEVIN_TEST_FILE'), ':h')
-wait(90000, function()
+wait(600000, function()
   return vim.fn.system({ 'git', '-C', repo, 'rev-list', '--count', 'HEAD' }):match('^2') ~= nil
 end, 'the commit')
 table.insert(out, 'COMMIT ' .. vim.fn.system({ 'git', '-C', repo, 'log', '-1', '--format=%s' }):gsub('\n', ''))

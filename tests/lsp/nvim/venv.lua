@@ -16,13 +16,13 @@ local cmd, problem = kevin.server_cmd('/no/such/project')
 table.insert(out, 'NO_VENV ' .. tostring(cmd) .. ' ' .. tostring(problem))
 vim.cmd('edit ' .. vim.fn.fnameescape(os.getenv('KEVIN_TEST_FILE')))
 local bufnr = vim.api.nvim_get_current_buf()
-if not vim.wait(30000, function() return #vim.lsp.buf_get_clients(bufnr) > 0 end, 50) then
+if not vim.wait(600000, function() return #vim.lsp.buf_get_clients(bufnr) > 0 end, 50) then
   table.insert(out, 'TIMEOUT attach')
   finish(3)
 end
 local client = vim.lsp.buf_get_clients(bufnr)[next(vim.lsp.buf_get_clients(bufnr))]
 table.insert(out, 'CMD ' .. table.concat(client.config.cmd, ' '))
-if not vim.wait(30000, function() return client.initialized end, 50) then
+if not vim.wait(600000, function() return client.initialized end, 50) then
   table.insert(out, 'TIMEOUT initialize')
   finish(3)
 end
