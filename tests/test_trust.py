@@ -280,8 +280,9 @@ def test_the_html_report_labels_untrusted_rows_and_says_why_there_is_no_best(tmp
     from kevin_agent.report import render_html
 
     plan = {0: ["wrong", "flag-beyond_speed_of_light", "broken"]}
-    record = loop_fixtures.stored_run(tmp_path, plan).load_run("run-1")
-    page = render_html(record, b"")
+    store = loop_fixtures.stored_run(tmp_path, plan)
+    store.set_status("run-1", "done")  # a finished run concludes; an unfinished one says "so far"
+    page = render_html(store.load_run("run-1"), b"")
     assert "<td>not trusted: faster than speed of light</td>" in page
     assert ("No correct kernel was found; keep the PyTorch module. 1 kernel matched the reference but was "
             "not trusted: faster than speed of light; not counted.") in page
