@@ -12,10 +12,11 @@ import subprocess
 import sys
 import tempfile
 
-from kevin_agent.evaluate.source.calls import ExtensionSpec, extract_static
-from kevin_agent.evaluate.source.consts import NotStatic
 from kevin_agent.evaluate.processes import kill_group, scrubbed_environment
 from kevin_agent.evaluate.protocol import RecordReply
+from kevin_agent.evaluate.source.calls import ExtensionSpec, extract_static
+from kevin_agent.evaluate.source.consts import MAX_SOURCE_BYTES, ConstantTooLarge, NotStatic
+
 
 class SourceExtractionError(Exception):
     """The candidate's load_inline arguments could not be found (message is for the model)."""
@@ -78,6 +79,8 @@ def record_in_child(code: str, timeout_s: float = 120.0, sandbox: str = "auto") 
 
 def extract_specs(code: str, timeout_s: float = 120.0, sandbox: str = "auto") -> tuple[list[ExtensionSpec], str]:
     """All load_inline specs of a candidate and how they were found ("static" or "child")."""
+    if len(code.encode("utf-8", errors="replace")) > MAX_SOURCE_BYTES:
+        raise SourceExtractionError(f"the answer is over {MAX_SOURCE_BYTES:,} bytes (1 MB)")
     if "load_inline" not in code:
         raise SourceExtractionError("no load_inline call found (compile your CUDA code with load_inline)")
     try:
@@ -86,6 +89,8 @@ def extract_specs(code: str, timeout_s: float = 120.0, sandbox: str = "auto") ->
             return specs, "static"
     except SyntaxError as exc:
         raise SourceExtractionError(f"syntax error at line {exc.lineno}: {exc.msg}") from exc
+    except ConstantTooLarge as exc:
+        raise SourceExtractionError(str(exc)) from exc
     except NotStatic:
         pass
     return record_in_child(code, timeout_s, sandbox), "child"
