@@ -117,7 +117,7 @@ class WorkerPool:
         work = scratch / "work"
         work.mkdir()
         stdout_path, stderr_path = scratch / "stdout.log", scratch / "stderr.log"
-        env = scrubbed_environment(self.base_env)
+        env = scrubbed_environment(self.base_env, scratch=str(scratch))  # HOME and TMPDIR: its own folder
         env.update(self.extra_env)
         with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
             command = self.confine(scratch, self.command) if self.confine else list(self.command)

@@ -270,7 +270,7 @@ def take_module(built: Path, folder: Path) -> tuple[str | None, str | None]:
     try:
         fd = os.open(built, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        return None, f"the build made no module: {exc.strerror}"
+        return None, f"the build made no usable module: {exc.strerror}"
     with open(fd, "rb") as source:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_MODULE_BYTES:

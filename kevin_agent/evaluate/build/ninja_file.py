@@ -140,7 +140,10 @@ def run_ninja(directory: Path, jobs: int, timeout_s: float, log_path: Path,
     status, output = run_confined(argv, directory, timeout_s, confine)
     if status is None:
         output += f"\nerror: the build did not finish within {timeout_s:.0f} s and was stopped\n"
-    append_log(log_path, output)
+    try:
+        append_log(log_path, output)
+    except OSError as exc:  # a link in its place (an unconfined build made it): never followed
+        return NinjaRun(False, output + f"\nerror: the build log could not be written: {exc.strerror}\n", False)
     return NinjaRun(status == 0, output, status is None)
 
 

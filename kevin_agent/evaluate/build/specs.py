@@ -22,9 +22,10 @@ class SourceExtractionError(Exception):
     """The candidate's load_inline arguments could not be found (message is for the model)."""
 
 
-def child_environment() -> dict[str, str]:
-    """The environment for candidate code: no secrets (the GPU worker's scrubbing), no GPU."""
-    env = scrubbed_environment()
+def child_environment(scratch: str | None = None) -> dict[str, str]:
+    """The environment for candidate code: the GPU worker's allow-list (no secrets), no GPU, HOME
+    and TMPDIR its ``scratch`` folder."""
+    env = scrubbed_environment(scratch=scratch)
     env["CUDA_VISIBLE_DEVICES"] = ""
     return env
 
@@ -49,7 +50,7 @@ def record_in_child(code: str, timeout_s: float = 120.0, sandbox: str = "auto") 
             handle.write(code)
         proc = subprocess.Popen(
             record_command(path, scratch, sandbox),
-            cwd=scratch, env=child_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=scratch, env=child_environment(scratch), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
         )
         try:
