@@ -94,9 +94,10 @@ def test_wrapper_shell_reading_the_home_and_the_api_key_is_refused(home: Path, t
 
     code = candidate(f", extra_cflags={WRAPPER!r}")
     verdict = static_verdict(code)
-    assert verdict is not None and "'-wrapper'" in verdict.message and "extra_cflags" in verdict.message
+    assert verdict is not None and "The flag '-wrapper /bin/sh,-c,cat" in verdict.message
+    assert "extra_cflags" in verdict.message and "1 problem" not in verdict.message
     outcome = compile_candidate(code, BuildCache(tmp_path / "cache", arch="9.0"))
-    assert not outcome.ok and "'-wrapper'" in outcome.message
+    assert not outcome.ok and "'-wrapper /bin/sh" in outcome.message
     assert not (home / "leak").exists()
     assert not (tmp_path / "cache" / "ext").exists()  # nothing was built or cached
 
@@ -111,7 +112,7 @@ def test_dependency_file_into_the_home_is_refused(home: Path, tmp_path: Path) ->
     spec = ExtensionSpec("e", ("int f();",), extra_cflags=tuple(flags))
     result = BuildCache(tmp_path / "cache", arch="9.0").build(spec)  # a spec found at run time: same check
     assert not result.ok and result.path == "refused"
-    assert "'-MD'" in (result.errors or "") and "'-MF'" in (result.errors or "")
+    assert "'-MD'" in (result.errors or "") and f"'-MF {home / 'x'}'" in (result.errors or "")
     assert not (home / "x").exists()
 
 
@@ -138,7 +139,7 @@ def test_include_of_a_home_file_never_reaches_the_shared_header_build(home: Path
     assert all(flag in ("-O3",) or flag in _fake_toolchain().cxx_flags(()) for flags in seen for flag in flags)
     # and the flag itself is refused statically
     verdict = static_verdict(candidate(f", extra_cflags=['-include', {str(home / 'secret')!r}]"))
-    assert verdict is not None and "'-include'" in verdict.message
+    assert verdict is not None and "The flag '-include " in verdict.message
 
 
 def _no_pch():  # type: ignore[no-untyped-def]
@@ -177,10 +178,10 @@ def _fake_toolchain():  # type: ignore[no-untyped-def]
 ])
 def test_flags_and_paths_off_the_allow_list_are_refused_by_name(argument: str, value: list[str], named: str) -> None:
     verdict = static_verdict(candidate(f", {argument}={value!r}"))
-    assert verdict is not None and f"'{named}'" in verdict.message and argument in verdict.message
+    assert verdict is not None and f"'{named}" in verdict.message and argument in verdict.message
     result = BuildCache(Path("/nonexistent-kevin-cache"), arch="9.0").build(
         ExtensionSpec("e", ("int f();",), **{argument: tuple(value)}))
-    assert not result.ok and f"'{named}'" in (result.errors or "")
+    assert not result.ok and f"'{named}" in (result.errors or "")
 
 
 def test_build_directory_is_refused() -> None:
@@ -304,7 +305,8 @@ def _bounded_child(script: str) -> subprocess.CompletedProcess[str]:
 def test_constant_expressions_are_bounded(name: str, header: str, expected: str) -> None:
     code = candidate("").replace("import torch\n", f"import torch\n{header}\n", 1)
     script = ("from kevin_agent.evaluate.verdicts import static_verdict\n"
-              f"v = static_verdict({code!r})\nprint(v.details.static_rule if v else None)\nprint(v.message if v else '')\n")
+              f"v = static_verdict({code!r})\nprint(v.details.static_rule if v else None)\n"
+              "print(v.message if v else '')\n")
     done = _bounded_child(script)  # 1 GB and 10 s of CPU: the static stage needs far less
     assert done.returncode == 0 and done.stdout.splitlines()[0] == "source-size", done.stderr[-500:]
     assert expected in done.stdout

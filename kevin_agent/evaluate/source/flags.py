@@ -12,7 +12,7 @@ absolute paths) never reach a compiler. Standard library only.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 FLAG_ARGUMENTS = ("extra_cflags", "extra_cuda_cflags", "extra_ldflags")
 PATH_ARGUMENTS = ("extra_include_paths", "build_directory")
@@ -93,9 +93,25 @@ def _allowed(token: str, table: re.Pattern[str]) -> bool:
     return bool(table.fullmatch(token))
 
 
+def _refused(tokens: Iterable[str], allowed: Callable[[str], bool]) -> list[str]:
+    """The tokens not ``allowed``; a refused flag's own values (the tokens after it that are not
+    flags) are named with it: ``-wrapper /bin/sh,-c,...`` is one problem, not two."""
+    bad: list[str] = []
+    follows = False
+    for token in tokens:
+        if allowed(token):
+            follows = False
+        elif follows and not token.startswith("-"):
+            bad[-1] += " " + token
+        else:
+            bad.append(token)
+            follows = True
+    return bad
+
+
 def host_flag_problems(flags: Iterable[str]) -> list[str]:
     """The g++ flags (extra_cflags) that are not allowed."""
-    return [t for t in _joined(_tokens(flags), _HOST_SPLIT) if not _allowed(t, HOST_FLAGS)]
+    return _refused(_joined(_tokens(flags), _HOST_SPLIT), lambda t: _allowed(t, HOST_FLAGS))
 
 
 def _nvcc_value_ok(option: str, value: str) -> bool:
@@ -104,9 +120,9 @@ def _nvcc_value_ok(option: str, value: str) -> bool:
     return bool(value) and all(part and _allowed(part, table) for part in parts)
 
 
-def cuda_flag_problems(flags: Iterable[str]) -> list[str]:
-    """The nvcc flags (extra_cuda_cflags) that are not allowed; ``-Xcompiler`` values are host flags."""
-    tokens, bad, i = _tokens(flags), [], 0
+def _nvcc_units(tokens: list[str]) -> Iterator[tuple[str, bool]]:
+    """(flag as nvcc reads it, allowed) with option values joined: ``-Xptxas -v``, ``-arch=sm_90``."""
+    i = 0
     while i < len(tokens):
         token = tokens[i]
         option, eq, value = token.partition("=")
@@ -114,21 +130,25 @@ def cuda_flag_problems(flags: Iterable[str]) -> list[str]:
             if not eq:  # the value is the next token
                 value = tokens[i + 1] if i + 1 < len(tokens) else ""
                 i += 1
-            if not _nvcc_value_ok(option, value):
-                bad.append(f"{option} {value}".strip())
+            yield f"{option} {value}".strip(), _nvcc_value_ok(option, value)
         else:
             if token in _NVCC_SPLIT and i + 1 < len(tokens):
                 i += 1
                 token = _NVCC_SPLIT[token] + tokens[i]
-            if not _allowed(token, NVCC_FLAGS):
-                bad.append(token)
+            yield token, _allowed(token, NVCC_FLAGS)
         i += 1
-    return bad
+
+
+def cuda_flag_problems(flags: Iterable[str]) -> list[str]:
+    """The nvcc flags (extra_cuda_cflags) that are not allowed; ``-Xcompiler`` values are host flags."""
+    units = dict.fromkeys(_nvcc_units(_tokens(flags)))  # keeps order
+    verdict = {unit: ok for unit, ok in units}
+    return _refused([unit for unit, _ in units], lambda unit: verdict[unit])
 
 
 def link_flag_problems(flags: Iterable[str]) -> list[str]:
     """The linker flags (extra_ldflags) that are not allowed."""
-    return [t for t in _joined(_tokens(flags), _LINK_SPLIT) if not LINK_FLAGS.fullmatch(t)]
+    return _refused(_joined(_tokens(flags), _LINK_SPLIT), lambda t: bool(LINK_FLAGS.fullmatch(t)))
 
 
 def include_path_problems(paths: Iterable[str]) -> list[str]:
