@@ -323,3 +323,36 @@ def test_sources_recorded_at_run_time_over_the_limit_are_refused(tmp_path: Path)
     result = BuildCache(tmp_path, arch="9.0").build(ExtensionSpec("e", ("x" * 4_000_001,)))
     assert not result.ok and "4,000,001 characters" in (result.errors or "")
 
+
+
+# ---------- the GPU worker's logs and reply: read without following what the worker left ----------
+
+LINKING_WORKER = """\
+import os, sys
+print("READY", flush=True)
+job = sys.stdin.readline().strip()
+scratch = os.path.dirname(job)
+for name in ("stderr.log", "result.json"):
+    os.remove(os.path.join(scratch, name)) if os.path.lexists(os.path.join(scratch, name)) else None
+    os.symlink(os.environ["TARGET_FILE"], os.path.join(scratch, name))
+sys.exit(3)
+"""
+
+
+def test_a_worker_that_links_its_logs_to_a_home_file_leaks_nothing(home: Path, tmp_path: Path) -> None:
+    from kevin_agent.evaluate.isolation import WorkerPool
+    from kevin_agent.evaluate.processes import tail_text
+    from kevin_agent.evaluate.protocol import WorkerJob, WorkerReply
+
+    script = tmp_path / "linking_worker.py"
+    script.write_text(LINKING_WORKER)
+    job = WorkerJob("task", "code", Path("unset"), cache_dir=Path("/nonexistent"))
+    with WorkerPool([sys.executable, str(script)], scratch_root=tmp_path / "scratch", spare=False,
+                    run_timeout_s=60, start_timeout_s=60, extra_env={"TARGET_FILE": str(home / "secret")},
+                    keep_scratch=True) as pool:
+        result = pool.run(job)
+    assert result.crashed and "TOP-SECRET-LINE" not in result.verdict.message + result.stderr_tail
+    (left,) = [p for p in (tmp_path / "scratch").iterdir()]
+    assert (left / "stderr.log").is_symlink()  # control: the links are there, a plain read leaks the secret
+    assert "TOP-SECRET-LINE" in (left / "stderr.log").read_text()
+    assert tail_text(left / "stderr.log") == "" and WorkerReply.read(left / "result.json") is None

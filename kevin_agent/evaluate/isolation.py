@@ -24,7 +24,14 @@ from typing import Callable, ContextManager, Mapping, Optional, Sequence
 
 from kevin_agent.data import Stage, Verdict, VerdictDetails
 from kevin_agent.errors import EnvironmentProblem
-from kevin_agent.evaluate.processes import crash_reason, crash_verdict, kill_group, scrubbed_environment, tail_text
+from kevin_agent.evaluate.processes import (
+    crash_reason,
+    crash_verdict,
+    kill_group,
+    read_child_file,
+    scrubbed_environment,
+    tail_text,
+)
 from kevin_agent.evaluate.protocol import READY_LINE, Baseline, WorkerJob, WorkerReply
 
 DEFAULT_WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "kevin_agent.evaluate.worker")
@@ -169,8 +176,9 @@ class WorkerPool:
     def _saw_ready(self, worker: _Worker) -> bool:
         if not worker.ready:
             try:
-                text = worker.stdout_path.read_text(errors="replace")
-            except OSError:
+                text = read_child_file(worker.stdout_path, 1024 * 1024).decode(errors="replace")
+            except OSError:  # missing, a link or not a regular file: never followed
+
                 return False
             worker.ready = any(line.strip() == READY_LINE for line in text.splitlines())
             if worker.ready:

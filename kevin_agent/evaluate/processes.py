@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -86,14 +87,25 @@ def kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+def read_child_file(path: Path, limit: int = 64 * 1024 * 1024, tail: bool = False) -> bytes:
+    """The content of a file in a folder a child could write, read without trusting the path:
+    never through a link (O_NOFOLLOW), never blocking on a FIFO or device (O_NONBLOCK, regular
+    files only), at most ``limit`` bytes (the last ones when ``tail``). OSError when it is not a
+    regular file it can read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        if tail:
+            handle.seek(max(0, info.st_size - limit))
+        return handle.read(limit)
+
+
 def tail_text(path: Path, lines: int = STDERR_TAIL_LINES, chars: int = STDERR_TAIL_CHARS) -> str:
-    """The last lines of a log file (empty when missing)."""
+    """The last lines of a log file a child wrote (empty when missing, a link or not a file)."""
     try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - 64 * 1024))
-            text = handle.read().decode("utf-8", errors="replace")
+        text = read_child_file(path, 64 * 1024, tail=True).decode("utf-8", errors="replace")
     except OSError:
         return ""
     kept = [line for line in text.splitlines() if line.strip()][-lines:]

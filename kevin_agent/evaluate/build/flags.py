@@ -168,7 +168,8 @@ class Toolchain:
 
 
 # The host flags a shared precompiled header may be built with: GCC uses a PCH only under the same
-# optimisation level and fast-math setting, so these few variants exist, each spelled here.
+# optimisation level, fast-math setting and macros the header reads, so these few variants exist,
+# each spelled here.
 PCH_OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "-Os", "-Ofast", "-Og")
 
 
@@ -183,6 +184,8 @@ def pch_flags(extra_cflags: tuple[str, ...]) -> tuple[str, ...]:
     fast = [t for t in tokens if t in ("-ffast-math", "-fno-fast-math")]
     if fast and fast[-1] == "-ffast-math":
         chosen.append("-ffast-math")
+    if "-DNDEBUG" in tokens:  # the torch headers read it (assert), so it is a variant of its own
+        chosen.append("-DNDEBUG")
     return tuple(c for c in chosen if c)
 
 
