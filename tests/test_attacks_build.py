@@ -128,8 +128,11 @@ def test_include_of_a_home_file_never_reaches_the_shared_header_build(home: Path
     assert pch_flags(("-O2 -g",)) == ("-O2",) and pch_flags(()) == ()
     cache = BuildCache(tmp_path / "cache", arch="9.0")
     seen: list[list[str]] = []
-    monkeypatch.setattr("kevin_agent.evaluate.build.cache.ensure_pch",
-                        lambda root, tc, flags, **_: seen.append(flags) or _no_pch())
+    def ensure_pch(root: Path, tc: object, flags: list[str], **_: object) -> object:
+        seen.append(flags)
+        return _no_pch()
+
+    monkeypatch.setattr("kevin_agent.evaluate.build.cache.ensure_pch", ensure_pch)
     monkeypatch.setattr(BuildCache, "_run", lambda self, layout, *a, **k: _failed_run(layout))
     monkeypatch.setattr(BuildCache, "toolchain", _fake_toolchain())
     (tmp_path / "build.log").write_text("")
@@ -142,19 +145,19 @@ def test_include_of_a_home_file_never_reaches_the_shared_header_build(home: Path
     assert verdict is not None and "The flag '-include " in verdict.message
 
 
-def _no_pch():  # type: ignore[no-untyped-def]
+def _no_pch():
     from kevin_agent.evaluate.build.ninja_file import PchInfo
 
     return PchInfo(None, 0.0)
 
 
-def _failed_run(layout: Layout):  # type: ignore[no-untyped-def]
+def _failed_run(layout: Layout):
     from kevin_agent.evaluate.build.cache import BuildResult
 
     return BuildResult(False, 0.0, False, None, "x", layout.path, None)
 
 
-def _fake_toolchain():  # type: ignore[no-untyped-def]
+def _fake_toolchain():
     from kevin_agent.evaluate.build.flags import Toolchain
 
     return Toolchain("/usr/local/cuda", "/usr/local/cuda/bin/nvcc", "g++", "9.0", "2", "13", "13", "c++17", 1,
@@ -230,7 +233,7 @@ true
 """
 
 
-def _evil_build(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch, sandbox: str):  # type: ignore[no-untyped-def]
+def _evil_build(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch, sandbox: str):
     """A real BuildCache._run whose 'compiler' is a shell script doing what a hijacked compile
     did: link build.log to a home file, write another cache entry, link its module to a secret."""
     cache = BuildCache(tmp_path / "cache", arch="9.0")

@@ -29,8 +29,9 @@ HOST_FLAGS = re.compile("|".join((
     r"-g[0-3]?|-w|-W(?:all|extra|pedantic)|-Wno-[\w-]+(?:=\w+)?|-pedantic",
     rf"-std={_STD}", rf"-D{_MACRO}", r"-U[A-Za-z_]\w*", r"-DNDEBUG",
 )))
-_ARCH = r"(?:sm|compute|lto)_\d+[af]?"
-_PTXAS_OPTION = re.compile(r"-v|--verbose|-O[0-3]|--?warn-on-spills|--?warn-on-local-memory-usage"
+_ARCH = r"(?:(?:sm|compute|lto)_\d+[af]?|native|all|all-major)"
+_PTXAS_OPTION = re.compile(r"-v|--verbose|-O[0-3]|--?warn-on-spills|--?warn-on-local-memory-usage|--?warn-lmem-usage"
+                           r"|--?warn-spills"
                            r"|--?allow-expensive-optimizations(?:=(?:true|false))?|-dlcm=c[ag]|-dscm=(?:wt|cg|cs)"
                            r"|--?maxrregcount=\d+|-Werror")
 _CUDAFE_OPTION = re.compile(r"--diag_suppress=[\w,]+|--display_error_number")
@@ -43,7 +44,7 @@ NVCC_FLAGS = re.compile("|".join((
     r"--?maxrregcount=\d+", r"-res-usage|--resource-usage", r"--restrict|-restrict",
     r"-w|--disable-warnings|-Wno-deprecated-gpu-targets|-Wno-deprecated-declarations|-Werror=[\w-]+",
     r"--diag-suppress=[\w,]+|-diag-suppress=[\w,]+", r"-g|-G|--device-debug|--debug",
-    r"-t\d+|--threads=\d+", r"-DNDEBUG", r"--display-error-number",
+    r"-t\d+|--threads=\d+", r"-DNDEBUG", r"--display-error-number", r"--extra-device-vectorization",
 )))
 # nvcc options whose value is the next argument (or joined with '='): value checked by its own table
 _NVCC_WITH_VALUE = {
