@@ -33,21 +33,14 @@ from typing import Any, Optional
 from kevin_agent.evaluate.build.chunks import SplitRefused
 from kevin_agent.evaluate.build.flags import Toolchain, pch_flags, toolchain
 from kevin_agent.evaluate.build.layout import Layout, split_layout, whole_layout
-from kevin_agent.evaluate.build.log import (
-    LAUNCHER_PREFIX,
-    SANDBOX_REFUSALS,
-    errors_only_in,
-    sandbox_refused,
-    trim_errors,
-)
+from kevin_agent.evaluate.build.log import errors_only_in, sandbox_refused, trim_errors
 from kevin_agent.evaluate.build.ninja_file import Confine, append_log, ensure_pch, file_lock, run_ninja, write_ninja
 from kevin_agent.evaluate.build.split import SOURCE_NAME
 from kevin_agent.evaluate.source.calls import ExtensionSpec
 from kevin_agent.evaluate.source.consts import MAX_VALUE
 from kevin_agent.evaluate.source.flags import argument_problems
 
-__all__ = ["ExtensionSpec", "BuildResult", "BuildCache", "default_cache_root", "import_extension",
-           "LAUNCHER_PREFIX", "SANDBOX_REFUSALS"]
+__all__ = ["ExtensionSpec", "BuildResult", "BuildCache", "default_cache_root", "import_extension"]
 
 
 ENTRY_FOLDER = "ext"  # <cache root>/ext/<key>: one built extension (its files and result.json)
