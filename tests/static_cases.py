@@ -256,6 +256,21 @@ REJECTED: list[tuple[str, str, str]] = [
     ("output-cache: returns state from an earlier call", "output-cache",
      make(init="self.out = None",
           forward="if self.out is None:\n    self.out = scale.scale_cuda(x)\nreturn self.out")),
+    ("build-flags: -wrapper runs a program of the candidate's choosing", "build-flags",
+     make(load_extra=',\n    extra_cflags=["-O3", "-wrapper", "/bin/sh,-c,cat $HOME/secret"]')),
+    ("build-flags: dependency file written into the home", "build-flags",
+     make(load_extra=',\n    extra_cflags=["-MD", "-MF", "/root/x", "-MT", "text"]')),
+    ("build-flags: -include of a home file through nvcc's host compiler", "build-flags",
+     make(load_extra=',\n    extra_cuda_cflags=["-Xcompiler", "-include,/root/secret"]')),
+    ("build-flags: linker script from a flag bound to a name", "build-flags",
+     make(header='LD = ["-Wl,-T,/root/evil.ld"]', load_extra=",\n    extra_ldflags=LD")),
+    ("build-flags: build_directory", "build-flags", make(load_extra=',\n    build_directory="/root/.cache/x"')),
+    ("build-flags: absolute include path", "build-flags", make(load_extra=',\n    extra_include_paths=["/root"]')),
+    ("source-size: a constant expression of a billion characters", "source-size",
+     make(header='PAD = "x" * 1000000000')),
+    ("source-size: an integer squared past 4096 bits", "source-size",
+     make(header="N = 10\n" + "N *= N\n" * 40)),
+    ("source-size: a file over 1 MB", "source-size", make(tail="# " + "x" * 1_000_001)),
 ]
 
 # (case id, candidate source) -- must produce no violation at all (look-alikes of the hacks above).
@@ -377,4 +392,11 @@ ACCEPTED: list[tuple[str, str]] = [
     ("at::ceil_div in the wrapper", make(cuda=cuda_with(
         host="    const int blocks = at::ceil_div(n, 256);\n    (void)blocks;"))),
     ("get_inputs in the candidate", make(tail="def get_inputs():\n    return [torch.randn(16).sum(0, keepdim=True) * 2]")),
+    ("flags real kernels use", make(load_extra=',\n    extra_cflags=["-O3", "-ffast-math", "-DNDEBUG"],\n'
+                                   '    extra_cuda_cflags=["-O3", "--use_fast_math", "-Xptxas -v", "-lineinfo",'
+                                   ' "-arch=sm_90a", "-gencode arch=compute_90,code=sm_90", "-std=c++17",'
+                                   ' "--expt-relaxed-constexpr", "-U__CUDA_NO_HALF_OPERATORS__", "-maxrregcount=64"],\n'
+                                   '    extra_ldflags=["-lcublas -lcublasLt", "-L/usr/local/cuda/lib64"],\n'
+                                   '    extra_include_paths=["include"]')),
+    ("a big but bounded constant", make(header='PAD = "// " + "x" * 100000 + "\\n"')),
 ]

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from kevin_agent.evaluate.build.cache import BuildCache, BuildResult, entry_dir, read_result
+from kevin_agent.evaluate.source.calls import ExtensionSpec
 
 KEY = "ab" * 32
-SPEC = object()  # the stand-ins below never look at it
+SPEC = ExtensionSpec("m", ("int x;",))  # only its flags are checked: the stand-ins below build nothing
 
 
 def stand_in_cache(tmp_path: Path, monkeypatch, build_into) -> BuildCache:

@@ -25,7 +25,7 @@ def _rules(code: str, task: str | None = TASK) -> set[str]:
 KIND = {rule.id: rule.kind for rule in RULES} | {"syntax": REJECT}
 HARD = {"syntax", "no-model-new", "no-load-inline", "no-global-kernel", "no-kernel-launch", "empty-kernel",
         "empty-forward", "threads-processes", "extra-stream", "patching", "introspection", "hidden-code",
-        "output-cache"}
+        "output-cache", "build-flags", "source-size"}
 
 
 def test_only_certain_and_evaluator_protecting_rules_reject():

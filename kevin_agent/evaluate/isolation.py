@@ -24,7 +24,14 @@ from typing import Callable, ContextManager, Mapping, Optional, Sequence
 
 from kevin_agent.data import Stage, Verdict, VerdictDetails
 from kevin_agent.errors import EnvironmentProblem
-from kevin_agent.evaluate.processes import crash_reason, crash_verdict, kill_group, scrubbed_environment, tail_text
+from kevin_agent.evaluate.processes import (
+    crash_reason,
+    crash_verdict,
+    kill_group,
+    read_child_file,
+    scrubbed_environment,
+    tail_text,
+)
 from kevin_agent.evaluate.protocol import READY_LINE, Baseline, WorkerJob, WorkerReply
 
 DEFAULT_WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "kevin_agent.evaluate.worker")
@@ -118,7 +125,7 @@ class WorkerPool:
         work = scratch / "work"
         work.mkdir()
         stdout_path, stderr_path = scratch / "stdout.log", scratch / "stderr.log"
-        env = scrubbed_environment(self.base_env)
+        env = scrubbed_environment(self.base_env, scratch=str(scratch))  # HOME and TMPDIR: its own folder
         env.update(self.extra_env)
         with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
             command = self.confine(scratch, self.command) if self.confine else list(self.command)
@@ -170,8 +177,9 @@ class WorkerPool:
     def _saw_ready(self, worker: _Worker) -> bool:
         if not worker.ready:
             try:
-                text = worker.stdout_path.read_text(errors="replace")
-            except OSError:
+                text = read_child_file(worker.stdout_path, 1024 * 1024).decode(errors="replace")
+            except OSError:  # missing, a link or not a regular file: never followed
+
                 return False
             worker.ready = any(line.strip() == READY_LINE for line in text.splitlines())
             if worker.ready:

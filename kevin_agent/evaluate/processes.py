@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Optional
 
 from kevin_agent import feedback
 from kevin_agent.data import Stage, Verdict, VerdictDetails
@@ -19,6 +21,15 @@ STDERR_TAIL_CHARS = 3000
 
 SECRET_NAME_PARTS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE")
 SECRET_NAME_PREFIXES = ("OPENAI_", "ANTHROPIC_", "HF_", "HUGGING", "AWS_", "GITHUB_", "GH_", "AZURE_", "GOOGLE_")
+# The only variables of the parent's environment a child sees (GPU workers, the recorder, ninja and
+# the compilers): what finds programs and libraries, picks the GPU and the locale. Everything else
+# (API keys, tokens, NVCC_PREPEND_FLAGS, LD_PRELOAD, ...) stays behind, whatever its name.
+ALLOWED_VARIABLES = frozenset({
+    "PATH", "LD_LIBRARY_PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_NUMERIC", "TZ", "TERM", "USER",
+    "LOGNAME", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_MODULE_LOADING",
+    "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "TORCH_CUDA_ARCH_LIST", "CC", "CXX",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "VIRTUAL_ENV", "CONDA_PREFIX", "KEVIN_SANDBOX_VERBOSE",
+})
 
 
 def is_secret_name(name: str) -> bool:
@@ -27,18 +38,22 @@ def is_secret_name(name: str) -> bool:
     return any(part in upper for part in SECRET_NAME_PARTS) or upper.startswith(SECRET_NAME_PREFIXES)
 
 
-def scrubbed_environment(base: Optional[Mapping[str, str]] = None) -> dict[str, str]:
-    """A copy of ``base`` (default ``os.environ``) without anything that may hold a secret.
+def scrubbed_environment(base: Optional[Mapping[str, str]] = None, scratch: Optional[str] = None) -> dict[str, str]:
+    """The environment of a child, built from ``ALLOWED_VARIABLES`` of ``base`` (default
+    ``os.environ``), never from the whole of it: no API key or other secret reaches a child.
 
-    PATH, HOME, CUDA_*, TORCH_*, LD_LIBRARY_PATH, PYTHONPATH and the like stay; a secret-looking
-    name is dropped even under those prefixes. The folder this very ``kevin_agent`` was imported
-    from leads PYTHONPATH, so children run the same package, installed or not.
+    ``scratch`` (the child's own folder) becomes HOME and TMPDIR, so nothing the child writes by
+    default lands in the user's home. The folder this very ``kevin_agent`` was imported from leads
+    PYTHONPATH, so children run the same package, installed or not.
     """
     source = os.environ if base is None else base
-    env = {name: value for name, value in source.items() if not is_secret_name(name)}
+    env = {name: value for name, value in source.items() if name in ALLOWED_VARIABLES and not is_secret_name(name)}
+    if "HOME" in source and scratch is None:
+        env["HOME"] = source["HOME"]
+    if scratch is not None:
+        env["HOME"] = env["TMPDIR"] = scratch
     env["PYTHONUNBUFFERED"] = "1"
-    env.pop("PYTHONSTARTUP", None)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root(), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root(), source.get("PYTHONPATH", "")) if p)
     return env
 
 
@@ -72,14 +87,25 @@ def kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+def read_child_file(path: Path, limit: int = 64 * 1024 * 1024, tail: bool = False) -> bytes:
+    """The content of a file in a folder a child could write, read without trusting the path:
+    never through a link (O_NOFOLLOW), never blocking on a FIFO or device (O_NONBLOCK, regular
+    files only), at most ``limit`` bytes (the last ones when ``tail``). OSError when it is not a
+    regular file it can read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        if tail:
+            handle.seek(max(0, info.st_size - limit))
+        return handle.read(limit)
+
+
 def tail_text(path: Path, lines: int = STDERR_TAIL_LINES, chars: int = STDERR_TAIL_CHARS) -> str:
-    """The last lines of a log file (empty when missing)."""
+    """The last lines of a log file a child wrote (empty when missing, a link or not a file)."""
     try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - 64 * 1024))
-            text = handle.read().decode("utf-8", errors="replace")
+        text = read_child_file(path, 64 * 1024, tail=True).decode("utf-8", errors="replace")
     except OSError:
         return ""
     kept = [line for line in text.splitlines() if line.strip()][-lines:]

@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from kevin_agent.data import TimingStats, Verdict
 from kevin_agent.evaluate.api import EvalSettings
+from kevin_agent.evaluate.processes import read_child_file
 
 READY_LINE = "READY"
 RECORD_MARKER = "KEVIN_LOAD_INLINE_SPECS:"
@@ -160,9 +161,10 @@ class WorkerReply:
 
     @classmethod
     def read(cls, path: Path) -> Optional[WorkerReply]:
-        """The reply at ``path``; None when it is missing or unreadable (a crashed worker)."""
+        """The reply at ``path``; None when it is missing or unreadable (a crashed worker), or not a
+        regular file (a link the candidate left there is never followed)."""
         try:
-            raw = json.loads(Path(path).read_text())
+            raw = json.loads(read_child_file(Path(path)))
             verdict = Verdict.from_dict(raw["verdict"]) if raw.get("verdict") else None
             baseline = Baseline.from_dict(raw["baseline"]) if raw.get("baseline") else None
         except (OSError, ValueError, KeyError, TypeError):

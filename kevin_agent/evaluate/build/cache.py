@@ -5,6 +5,12 @@ versions, arch list and our recipe version; a hit is a directory lookup. A miss 
 fast path (kernels through nvcc without torch headers, torch host code through g++ with a shared
 precompiled header) and falls back to load_inline's whole layout. Builds happen in a temporary
 directory renamed into place under a file lock, so concurrent processes never corrupt an entry.
+
+A candidate's flags and paths are checked against ``source.flags`` first (refused: no compiler
+runs). Each compile is confined to its own sub-folder (``split/``, ``whole/``); the parent alone
+writes the entry's folder: the log (from the compiler's pipe), the module (copied out of the
+sub-folder without following links) and ``result.json``; the sub-folders are removed before the
+entry is renamed into place, so an entry holds nothing a compile wrote but its module.
 """
 
 from __future__ import annotations
@@ -14,31 +20,32 @@ import importlib.util
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
 import types
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
-from kevin_agent.evaluate.build.flags import Toolchain, toolchain
-from kevin_agent.evaluate.build.layout import Layout, split_layout, whole_layout
-from kevin_agent.evaluate.build.log import errors_only_in, trim_errors
 from kevin_agent.evaluate.build.chunks import SplitRefused
+from kevin_agent.evaluate.build.flags import Toolchain, pch_flags, toolchain
+from kevin_agent.evaluate.build.layout import Layout, split_layout, whole_layout
+from kevin_agent.evaluate.build.log import errors_only_in, sandbox_refused, trim_errors
+from kevin_agent.evaluate.build.ninja_file import Confine, append_log, ensure_pch, file_lock, run_ninja, write_ninja
 from kevin_agent.evaluate.build.split import SOURCE_NAME
-from kevin_agent.evaluate.build.ninja_file import ensure_pch, file_lock, run_ninja, write_ninja
 from kevin_agent.evaluate.source.calls import ExtensionSpec
+from kevin_agent.evaluate.source.consts import MAX_VALUE
+from kevin_agent.evaluate.source.flags import argument_problems
 
 __all__ = ["ExtensionSpec", "BuildResult", "BuildCache", "default_cache_root", "import_extension"]
 
 
 ENTRY_FOLDER = "ext"  # <cache root>/ext/<key>: one built extension (its files and result.json)
-# A confined build's log when the sandbox, not the sources, made it fail: the launcher's own lines
-# ("kevin-sandbox: sandbox required but ...", "kevin-sandbox: cannot run ninja: ..."; not the
-# verbose "kevin-sandbox: sandbox: landlock ..."), and refusals of Landlock (EACCES) and seccomp (EPERM)
-LAUNCHER_PREFIX = "kevin-sandbox: "
-SANDBOX_REFUSALS = ("Permission denied", "Operation not permitted")
+MODULE_FOLDER = "lib"  # <entry>/lib/<module>.so: the parent's copy of the built module
+MAX_MODULE_BYTES = 256 * 1024 * 1024
 
 
 def entry_dir(root: Path, key: str) -> Path:
@@ -109,13 +116,13 @@ class BuildCache:
         payload["split"] = self.split
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
-    def _confinement(self, build_dir: Path) -> "Callable[[list[str]], list[str]] | None":
+    def _confinement(self, build_dir: Path) -> Confine | None:
         """Compilers read model-written sources: they may write only ``build_dir`` and read the
         toolchain, torch's headers and the shared precompiled header (``sandbox.compile_policy``)."""
         if self.sandbox == "off":
             return None
-        from kevin_agent.paths import protected_paths
         from kevin_agent.evaluate.sandbox import compile_policy, launch_command
+        from kevin_agent.paths import protected_paths
 
         policy = compile_policy(build_dir, extra_read=[self.root / "pch"], protect=protected_paths())
         return lambda argv: launch_command(policy, argv, self.sandbox)
@@ -123,11 +130,15 @@ class BuildCache:
     def warm(self) -> None:
         """Build the shared precompiled torch header now (most builds use it), if it is missing."""
         tc = self.toolchain
-        ensure_pch(self.root, tc, tc.cxx_flags(()))
+        ensure_pch(self.root, tc, tc.cxx_flags(pch_flags(())), confine_for=self._confinement)
 
     def build(self, spec: ExtensionSpec) -> BuildResult:
-        """Build (or find) the extension; failures are results, never exceptions."""
+        """Build (or find) the extension; failures are results, never exceptions. A spec with a
+        flag or path off the allow-list, or sources over MAX_VALUE characters, is refused (not cached)."""
         start = time.monotonic()
+        refused = refusal(spec)
+        if refused is not None:
+            return BuildResult(False, time.monotonic() - start, False, None, refused, "refused", None)
         key = self.key(spec)
         final = entry_dir(self.root, key)
         hit = _read_entry(final, start)
@@ -155,7 +166,7 @@ class BuildCache:
             return result  # not a property of the sources: do not cache it
         final_result = rehome(result, str(tmp), final)
         final_result.key = key
-        (tmp / "result.json").write_text(json.dumps(asdict(final_result)))
+        write_new(tmp / "result.json", json.dumps(asdict(final_result)))
         final.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.rename(tmp, final)
@@ -172,9 +183,7 @@ class BuildCache:
         not confine (``EXIT_UNCONFINED``) or run the compiler, or the log shows a refusal."""
         if self.sandbox == "off" or not result.log_path:
             return False
-        text = Path(result.log_path).read_text(errors="replace")
-        return any(line.startswith(LAUNCHER_PREFIX) and not line.startswith(LAUNCHER_PREFIX + "sandbox: ")
-                   or any(refusal in line for refusal in SANDBOX_REFUSALS) for line in text.splitlines())
+        return sandbox_refused(Path(result.log_path).read_text(errors="replace"))
 
     def load(self, spec: ExtensionSpec, on_result: Optional[Callable[[BuildResult], None]] = None
              ) -> types.ModuleType:
@@ -193,45 +202,89 @@ class BuildCache:
         module = f"kevin_{key[:16]}"
         tc = self.toolchain
         log_path = tmp / "build.log"
-        pch = ensure_pch(self.root, tc, tc.cxx_flags(spec.extra_cflags))
+        pch = ensure_pch(self.root, tc, tc.cxx_flags(pch_flags(spec.extra_cflags)), confine_for=self._confinement)
         note = "split disabled"
         if self.split:
             try:
                 layout = split_layout(spec, module, tc, pch.header)
                 result = self._run(layout, module, tmp, log_path, spec.extra_ldflags)
                 result.pch_seconds = pch.seconds
-                if result.ok or errors_only_in(log_path.read_text(errors="replace"), (SOURCE_NAME,)) and _nvcc_only(log_path):
+                log = log_path.read_text(errors="replace")
+                if result.ok or errors_only_in(log, (SOURCE_NAME,)) and _nvcc_only(log_path):
                     return result
                 note = "split build failed outside the kernels; retried whole"
             except SplitRefused as exc:
                 note = str(exc)
-            with open(log_path, "a") as log:
-                log.write(f"\n=== whole path ({note}) ===\n")
+            append_log(log_path, f"\n=== whole path ({note}) ===\n")
         result = self._run(whole_layout(spec, module, tc, pch.header, note), module, tmp, log_path, spec.extra_ldflags)
         result.pch_seconds, result.split_note = pch.seconds, note
         return result
 
     def _run(self, layout: Layout, module: str, directory: Path, log_path: Path,
              extra_ldflags: tuple[str, ...] = ()) -> BuildResult:
+        """Compile ``layout`` confined to its own new sub-folder of ``directory``; the module comes
+        out as the parent's copy (``take_module``), the sub-folder is removed."""
         work = directory / layout.path
-        work.mkdir(exist_ok=True)
+        work.mkdir()  # new: no earlier compile can have made it (they write only their own folder)
         for name, content in layout.files.items():
-            (work / name).write_text(content)
+            write_new(work / name, content)
         target = f"{module}.so"
         write_ninja(work, self.toolchain, layout.steps, target, self.toolchain.ldflags(tuple(extra_ldflags)))
-        ran = run_ninja(work, self.ninja_jobs, self.timeout_s, log_path, self._confinement(directory))
+        ran = run_ninja(work, self.ninja_jobs, self.timeout_s, log_path, self._confinement(work))
+        module_path, errors = None, None if ran.ok else trim_errors(ran.output)
+        if ran.ok:
+            module_path, problem = take_module(work / target, directory / MODULE_FOLDER)
+            errors = problem
+        shutil.rmtree(work, ignore_errors=True)
         return BuildResult(
-            ok=ran.ok, seconds=0.0, cache_hit=False, log_path=str(log_path),
-            errors=None if ran.ok else trim_errors(ran.output), path=layout.path,
-            module_path=str(work / target) if ran.ok else None, split_note=layout.note,
+            ok=module_path is not None, seconds=0.0, cache_hit=False, log_path=str(log_path),
+            errors=errors, path=layout.path, module_path=module_path, split_note=layout.note,
             timed_out=ran.timed_out,
         )
 
 
+def refusal(spec: ExtensionSpec) -> str | None:
+    """Why ``spec`` must not reach a compiler (its flags, paths or size), else None."""
+    problems = [message for _, message in argument_problems(spec.to_dict())]
+    size = sum(len(text) for text in (*spec.cpp_sources, *spec.cuda_sources))
+    if size > MAX_VALUE:
+        problems.append(f"the sources are {size:,} characters; the limit is {MAX_VALUE:,}")
+    return "\n".join(problems) if problems else None
+
+
+def write_new(path: Path, content: str) -> None:
+    """Create ``path`` (never an existing file, never through a link) and write ``content``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with open(fd, "w", encoding="utf-8") as handle:
+        handle.write(content)
+
+
+def take_module(built: Path, folder: Path) -> tuple[str | None, str | None]:
+    """(the parent's copy of the module a compile built, None) or (None, why not): a regular file
+    under MAX_MODULE_BYTES, opened without following a link and copied into ``folder``."""
+    try:
+        fd = os.open(built, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return None, f"the build made no usable module: {exc.strerror}"
+    with open(fd, "rb") as source:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_MODULE_BYTES:
+            return None, f"the build made no usable module (not a regular file under {MAX_MODULE_BYTES:,} bytes)"
+        folder.mkdir(exist_ok=True)
+        copy = folder / built.name
+        out = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o755)
+        with open(out, "wb") as target:
+            left = MAX_MODULE_BYTES
+            while left > 0 and (chunk := source.read(min(left, 1024 * 1024))):
+                target.write(chunk)
+                left -= len(chunk)
+    return str(copy), None
+
+
 def _nvcc_only(log_path: Path) -> bool:
     text = log_path.read_text(errors="replace")
-    failed = [l for l in text.splitlines() if l.startswith("FAILED: ")]
-    return bool(failed) and all(l.strip().endswith("kernels.o") for l in failed)
+    failed = [line for line in text.splitlines() if line.startswith("FAILED: ")]
+    return bool(failed) and all(line.strip().endswith("kernels.o") for line in failed)
 
 
 def kernel_listing(module_path: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kevin_agent.errors import EnvironmentProblem
 
-RECIPE_VERSION = "kevin-build-3"  # bump when generated files or flags change meaning
+RECIPE_VERSION = "kevin-build-4"  # bump when generated files or flags change meaning
 NO_ARCH = ("no CUDA device to target: to compile without one, name the architecture with `--arch 9.0` "
            "(kevin eval) or TORCH_CUDA_ARCH_LIST=9.0")
 
@@ -146,7 +146,7 @@ class Toolchain:
         return ["-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={self.abi}"]
 
     def includes(self, extra: tuple[str, ...] = ()) -> list[str]:
-        flags = [f"-I{os.path.abspath(p)}" for p in extra]
+        flags = [f"-I{p}" for p in extra]  # relative to the build folder (source.flags refuses others)
         for path in self.include_dirs:
             flags += ["-isystem", path]
         return flags
@@ -165,6 +165,28 @@ class Toolchain:
         rpath = [f"-Wl,-rpath,{d}" for d in self.library_dirs]
         libs = ["-lc10", "-lc10_cuda", "-ltorch_cpu", "-ltorch_cuda", "-ltorch", "-ltorch_python", "-lcudart"]
         return ["-shared"] + dirs + rpath + libs + [f.strip() for f in extra if f.strip()]
+
+
+# The host flags a shared precompiled header may be built with: GCC uses a PCH only under the same
+# optimisation level, fast-math setting and macros the header reads, so these few variants exist,
+# each spelled here.
+PCH_OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "-Os", "-Ofast", "-Og")
+
+
+def pch_flags(extra_cflags: tuple[str, ...]) -> tuple[str, ...]:
+    """The variant of the shared header a host compile with ``extra_cflags`` can use: kevin-agent's
+    own spelling of its optimisation level and fast math, never the candidate's strings (a
+    candidate's other flags, e.g. ``-D``, make GCC parse the header itself instead; still correct)."""
+    tokens = [t for flag in extra_cflags for t in flag.split()]
+    levels = [t for t in tokens if t.startswith("-O")]
+    level = {"-O": "-O1", "-Oz": "-Os"}.get(levels[-1], levels[-1]) if levels else ""
+    chosen = [next((o for o in PCH_OPT_LEVELS if o == level), "")]
+    fast = [t for t in tokens if t in ("-ffast-math", "-fno-fast-math")]
+    if fast and fast[-1] == "-ffast-math":
+        chosen.append("-ffast-math")
+    if "-DNDEBUG" in tokens:  # the torch headers read it (assert), so it is a variant of its own
+        chosen.append("-DNDEBUG")
+    return tuple(c for c in chosen if c)
 
 
 @functools.lru_cache(maxsize=None)

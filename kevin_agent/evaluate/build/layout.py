@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,7 +61,7 @@ def split_layout(spec: ExtensionSpec, module: str, tc: Toolchain, pch: Path | No
     pch_flags = ["-include", str(pch), "-Winvalid-pch"] if pch else []
     cxx = tc.cxx_flags(spec.extra_cflags) + pch_flags + tc.includes(spec.extra_include_paths)
     nvcc = [f"-DTORCH_EXTENSION_NAME={module}"] + tc.nvcc_flags(spec.extra_cuda_cflags, with_torch=False)
-    nvcc += [f"-I{os.path.abspath(p)}" for p in spec.extra_include_paths] + ["-isystem", f"{tc.cuda_home}/include"]
+    nvcc += [f"-I{p}" for p in spec.extra_include_paths] + ["-isystem", f"{tc.cuda_home}/include"]
     files = {"kernels.cu": split.device_cu}
     steps = [Step("kernels.cu", "kernels.o", "cuda", nvcc)]
     host = f"#include <torch/extension.h>\n#undef TORCH_EXTENSION_NAME\n#define TORCH_EXTENSION_NAME {module}\n{split.host_cpp}"

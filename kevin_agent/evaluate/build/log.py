@@ -65,3 +65,16 @@ def errors_only_in(log: str, names: tuple[str, ...]) -> bool:
         elif _OTHER.search(line):
             return False
     return found
+
+
+# A confined compile's output when the sandbox, not the sources, made it fail: the launcher's own
+# lines ("kevin-sandbox: sandbox required but ...", "kevin-sandbox: cannot run ninja: ..."; not the
+# verbose "kevin-sandbox: sandbox: landlock ..."), and refusals of Landlock (EACCES) and seccomp (EPERM)
+LAUNCHER_PREFIX = "kevin-sandbox: "
+SANDBOX_REFUSALS = ("Permission denied", "Operation not permitted")
+
+
+def sandbox_refused(text: str) -> bool:
+    """True when a compile's output shows the sandbox, not the sources, stopped it."""
+    return any(line.startswith(LAUNCHER_PREFIX) and not line.startswith(LAUNCHER_PREFIX + "sandbox: ")
+               or any(refusal in line for refusal in SANDBOX_REFUSALS) for line in text.splitlines())

@@ -1,4 +1,10 @@
-"""Our own ninja files (never torch's private writers) and the shared precompiled torch header."""
+"""Our own ninja files (never torch's private writers) and the shared precompiled torch header.
+
+Every compile runs confined (``confine``: the sandbox's command prefix) with an allow-listed
+environment whose HOME and TMPDIR are its own build folder; what it prints comes back over a pipe
+(at most ``MAX_OUTPUT`` characters kept) and is appended by the parent to a log in a folder no
+compile can write, opened without following links.
+"""
 
 from __future__ import annotations
 
@@ -9,17 +15,24 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Optional
 
 from kevin_agent.evaluate.build.flags import Toolchain, ninja_binary
+from kevin_agent.evaluate.build.log import sandbox_refused
+from kevin_agent.evaluate.processes import scrubbed_environment
 
 PCH_HEADER = "kevin_torch_ext.h"
+MAX_OUTPUT = 4_000_000  # characters of a compile's output kept (the rest is counted, not stored)
+Confine = Callable[[list[str]], list[str]]
 
 
 @dataclass
@@ -70,33 +83,68 @@ def write_ninja(directory: Path, tc: Toolchain, steps: list[Step], target: str, 
     return path
 
 
+def compile_environment(build_dir: Path) -> dict[str, str]:
+    """The environment of a compile: the allow-list of ``processes``, HOME and TMPDIR its own folder."""
+    return dict(scrubbed_environment(scratch=str(build_dir)), NINJA_STATUS="[%f/%t] ")
+
+
+def append_log(log_path: Path, text: str) -> None:
+    """Append to a log the parent owns, never through a link put in its place."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with open(fd, "a", encoding="utf-8", errors="replace") as log:
+        log.write(text)
+
+
+def run_confined(argv: list[str], cwd: Path, timeout_s: float, confine: Optional[Confine]) -> tuple[int | None, str]:
+    """(exit status or None at the time limit, output) of a compile step in ``cwd``; a timeout kills
+    its whole process group. Output beyond MAX_OUTPUT is drained and dropped."""
+    proc = subprocess.Popen(
+        confine(argv) if confine is not None else argv, cwd=cwd, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=compile_environment(cwd), start_new_session=True,
+    )
+    kept: list[bytes] = []
+    reader = threading.Thread(target=_drain, args=(proc, kept), daemon=True)
+    reader.start()
+    try:
+        proc.wait(timeout=timeout_s)
+        status: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        status = None
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # nothing it started outlives the step
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+    reader.join(timeout=10)
+    return status, b"".join(kept).decode("utf-8", errors="replace")
+
+
+def _drain(proc: subprocess.Popen, kept: list[bytes]) -> None:
+    stream = proc.stdout
+    assert stream is not None
+    size = 0
+    for chunk in iter(lambda: os.read(stream.fileno(), 65536), b""):
+        if size < MAX_OUTPUT:
+            kept.append(chunk[: MAX_OUTPUT - size])
+            if size + len(chunk) > MAX_OUTPUT:
+                kept.append(b"\n... (output past 4,000,000 characters dropped)\n")
+        size += len(chunk)
+
+
 def run_ninja(directory: Path, jobs: int, timeout_s: float, log_path: Path,
-              confine: Optional[Callable[[list[str]], list[str]]] = None) -> NinjaRun:
+              confine: Optional[Confine] = None) -> NinjaRun:
     """Run ninja in ``directory`` (its command line passed through ``confine``, the sandbox, when
     given). A timeout kills the whole process group."""
-    env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
     argv = [ninja_binary(), "-C", str(directory), "-j", str(max(1, jobs))]
-    proc = subprocess.Popen(
-        confine(argv) if confine is not None else argv,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=env,
-        start_new_session=True,
-    )
-    timed_out = False
-    try:
-        output, _ = proc.communicate(timeout=timeout_s)
-        ok = proc.returncode == 0
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:  # it finished just now
-            pass
-        output, _ = proc.communicate()
+    status, output = run_confined(argv, directory, timeout_s, confine)
+    if status is None:
         output += f"\nerror: the build did not finish within {timeout_s:.0f} s and was stopped\n"
-        ok = False
-    with open(log_path, "a", encoding="utf-8") as log:
-        log.write(output)
-    return NinjaRun(ok, output, timed_out)
+    try:
+        append_log(log_path, output)
+    except OSError as exc:  # a link in its place (an unconfined build made it): never followed
+        return NinjaRun(False, output + f"\nerror: the build log could not be written: {exc.strerror}\n", False)
+    return NinjaRun(status == 0, output, status is None)
 
 
 @dataclass(frozen=True)
@@ -114,38 +162,52 @@ class PchInfo:
     seconds: float  # time spent building it now (0.0 when it was already there)
 
 
-def ensure_pch(root: Path, tc: Toolchain, cxx_flags: list[str], timeout_s: float = 600.0) -> PchInfo:
-    """The precompiled <torch/extension.h> for these flags, built once into the cache and shared."""
-    include_flags = tc.includes()
+def ensure_pch(root: Path, tc: Toolchain, cxx_flags: list[str], timeout_s: float = 600.0,
+               confine_for: Optional[Callable[[Path], Optional[Confine]]] = None) -> PchInfo:
+    """The precompiled <torch/extension.h> for these flags, built once into the cache and shared.
+
+    ``cxx_flags`` must be flags kevin-agent chose (``flags.pch_flags``), never a candidate's: every
+    later build reads this header. The compile is confined like every other (``confine_for(folder)``)."""
     key = hashlib.sha256(json.dumps([tc.fingerprint(), cxx_flags]).encode()).hexdigest()[:20]
     final = root / "pch" / key
-    if (final / (PCH_HEADER + ".gch")).is_file():
-        return PchInfo(final / PCH_HEADER, 0.0)
+    header = final / "work" / PCH_HEADER
+    if header.with_name(PCH_HEADER + ".gch").is_file():
+        return PchInfo(header, 0.0)
     with file_lock(root / "locks" / f"pch-{key}.lock"):
-        if (final / (PCH_HEADER + ".gch")).is_file():
-            return PchInfo(final / PCH_HEADER, 0.0)
+        if header.with_name(PCH_HEADER + ".gch").is_file():
+            return PchInfo(header, 0.0)
         if (final / "failed").is_file():
             return PchInfo(None, 0.0)
         start = time.monotonic()
         tmp = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=_ensure(root / "pch")))
-        header = tmp / PCH_HEADER
-        header.write_text("#include <torch/extension.h>\n")
-        cmd = [tc.cxx, *cxx_flags, *include_flags, "-x", "c++-header", str(header), "-o", str(header) + ".gch"]
+        work = tmp / "work"  # the only folder the compile may write; the log and marker stay outside it
+        work.mkdir()
+        (work / PCH_HEADER).write_text("#include <torch/extension.h>\n")
+        cmd = [tc.cxx, *cxx_flags, *tc.includes(), "-x", "c++-header", PCH_HEADER, "-o", PCH_HEADER + ".gch"]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s)
-        except (OSError, subprocess.SubprocessError):  # no compiler, or a timeout: build without a PCH
-            shutil.rmtree(tmp, ignore_errors=True)  # not recorded as failed: it may work next time
+            status, output = run_confined(cmd, work, timeout_s, confine_for(work) if confine_for else None)
+        except OSError:  # no compiler: build without a PCH
+            status, output = None, ""
+        if status != 0 and (status is None or sandbox_refused(output)):
+            shutil.rmtree(tmp, ignore_errors=True)  # not the header's fault: it may work next time
             return PchInfo(None, time.monotonic() - start)
-        (tmp / "pch.log").write_text(shlex.join(cmd) + "\n" + proc.stdout + proc.stderr)
-        if proc.returncode != 0:
-            (tmp / "failed").write_text(proc.stderr[-2000:])
-        try:
-            os.rename(tmp, final)  # the .gch is only used next to the header it was built for
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-        if proc.returncode != 0:
-            return PchInfo(None, time.monotonic() - start)
-        return PchInfo(final / PCH_HEADER, time.monotonic() - start)
+        return _store_pch(tmp, final, work, shlex.join(cmd) + "\n" + output, status == 0, start)
+
+
+def _store_pch(tmp: Path, final: Path, work: Path, log: str, ok: bool, start: float) -> PchInfo:
+    """Rename the built header into place (or record the failure); the parent writes the log."""
+    append_log(tmp / "pch.log", log)
+    if ok:
+        gch = os.open(work / (PCH_HEADER + ".gch"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        ok = stat.S_ISREG(os.fstat(gch).st_mode)
+        os.close(gch)
+    if not ok:
+        append_log(tmp / "failed", log[-2000:])
+    try:
+        os.rename(tmp, final)  # the .gch is only used next to the header it was built for
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return PchInfo(final / "work" / PCH_HEADER if ok else None, time.monotonic() - start)
 
 
 def _ensure(path: Path) -> Path:

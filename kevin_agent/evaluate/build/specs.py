@@ -12,18 +12,20 @@ import subprocess
 import sys
 import tempfile
 
-from kevin_agent.evaluate.source.calls import ExtensionSpec, extract_static
-from kevin_agent.evaluate.source.consts import NotStatic
 from kevin_agent.evaluate.processes import kill_group, scrubbed_environment
 from kevin_agent.evaluate.protocol import RecordReply
+from kevin_agent.evaluate.source.calls import ExtensionSpec, extract_static
+from kevin_agent.evaluate.source.consts import MAX_SOURCE_BYTES, ConstantTooLarge, NotStatic
+
 
 class SourceExtractionError(Exception):
     """The candidate's load_inline arguments could not be found (message is for the model)."""
 
 
-def child_environment() -> dict[str, str]:
-    """The environment for candidate code: no secrets (the GPU worker's scrubbing), no GPU."""
-    env = scrubbed_environment()
+def child_environment(scratch: str | None = None) -> dict[str, str]:
+    """The environment for candidate code: the GPU worker's allow-list (no secrets), no GPU, HOME
+    and TMPDIR its ``scratch`` folder."""
+    env = scrubbed_environment(scratch=scratch)
     env["CUDA_VISIBLE_DEVICES"] = ""
     return env
 
@@ -48,7 +50,7 @@ def record_in_child(code: str, timeout_s: float = 120.0, sandbox: str = "auto") 
             handle.write(code)
         proc = subprocess.Popen(
             record_command(path, scratch, sandbox),
-            cwd=scratch, env=child_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=scratch, env=child_environment(scratch), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
         )
         try:
@@ -78,6 +80,8 @@ def record_in_child(code: str, timeout_s: float = 120.0, sandbox: str = "auto") 
 
 def extract_specs(code: str, timeout_s: float = 120.0, sandbox: str = "auto") -> tuple[list[ExtensionSpec], str]:
     """All load_inline specs of a candidate and how they were found ("static" or "child")."""
+    if len(code.encode("utf-8", errors="replace")) > MAX_SOURCE_BYTES:
+        raise SourceExtractionError(f"the answer is over {MAX_SOURCE_BYTES:,} bytes (1 MB)")
     if "load_inline" not in code:
         raise SourceExtractionError("no load_inline call found (compile your CUDA code with load_inline)")
     try:
@@ -86,6 +90,8 @@ def extract_specs(code: str, timeout_s: float = 120.0, sandbox: str = "auto") ->
             return specs, "static"
     except SyntaxError as exc:
         raise SourceExtractionError(f"syntax error at line {exc.lineno}: {exc.msg}") from exc
+    except ConstantTooLarge as exc:
+        raise SourceExtractionError(str(exc)) from exc
     except NotStatic:
         pass
     return record_in_child(code, timeout_s, sandbox), "child"

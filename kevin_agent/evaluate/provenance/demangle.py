@@ -17,6 +17,8 @@ import subprocess
 import threading
 from typing import Callable, Iterable
 
+from kevin_agent.evaluate.processes import scrubbed_environment
+
 _lock = threading.Lock()
 
 
@@ -101,7 +103,7 @@ def _cxxfilt(names: list[str]) -> dict[str, str]:
         return {}
     try:
         done = subprocess.run([tool], input="\n".join(names) + "\n", capture_output=True, text=True,
-                              timeout=30, check=False)
+                              timeout=30, check=False, env=scrubbed_environment())  # names a build made
     except (OSError, subprocess.SubprocessError):
         return {}
     lines = done.stdout.splitlines()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from kevin_agent.evaluate.source.consts import ConstEval, NotStatic, bind_assignments
+from kevin_agent.evaluate.source.consts import Budget, ConstEval, NotStatic, bind_assignments
 
 # Parameter order of load_inline in torch 2.4 ... 2.14 (sycl_sources arrived in 2.7, after
 # cuda_sources). Positional calls past the third argument are resolved with torch's own signature
@@ -141,17 +141,19 @@ def _enclosing_functions(tree: ast.Module) -> dict[ast.Call, list[ast.AST]]:
 
 
 def extract_static(code: str) -> list[ExtensionSpec]:
-    """Specs of every load_inline call, in source order. Raises NotStatic or SyntaxError."""
+    """Specs of every load_inline call, in source order. Raises NotStatic, SyntaxError or
+    ConstantTooLarge (folding past its bounds)."""
     tree = ast.parse(code)
     module_env: dict[str, Any] = {}
-    bind_assignments(tree.body, module_env)
+    budget = Budget()
+    bind_assignments(tree.body, module_env, budget)
     calls = sorted(_enclosing_functions(tree).items(), key=lambda item: (item[0].lineno, item[0].col_offset))
     specs = []
     for call, functions in calls:
         env = dict(module_env)
         for function in functions:
-            bind_assignments(function.body, env)  # type: ignore[attr-defined]
-        evaluate = ConstEval(env)
+            bind_assignments(function.body, env, budget)  # type: ignore[attr-defined]
+        evaluate = ConstEval(env, budget)
         values = {name: evaluate(expr) for name, expr in bind_arguments(call).items() if name in SPEC_FIELDS}
         try:
             specs.append(spec_from_kwargs(values))

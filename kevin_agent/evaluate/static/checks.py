@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
+from kevin_agent.evaluate.static import rules_build as build
 from kevin_agent.evaluate.static import rules_compute as compute
 from kevin_agent.evaluate.static import rules_cuda as cuda
 from kevin_agent.evaluate.static import rules_python as python
@@ -50,6 +51,10 @@ RULES: tuple[Rule, ...] = (
     Rule("hidden-code", "no exec/eval, file loading, ctypes, other compilers or serialized code",
          python.check_hidden_code),
     Rule("output-cache", "no memoized or cached outputs across calls", python.check_output_cache),
+    Rule("source-size", "the file is at most 1 MB and its constant expressions fold within bounds",
+         build.check_constant_sizes),
+    Rule("build-flags", "load_inline flags and paths on the allow-list (no -wrapper, -MF, -include, absolute "
+         "paths, build_directory...)", build.check_build_arguments),
 )
 
 
@@ -57,6 +62,9 @@ def check_all(code: str, task_source: Optional[str] = None) -> tuple[list[Violat
     """(rejections, hints) of a candidate; one ("syntax", line) rejection if it does not parse.
 
     ``task_source`` (optional) names the reference's classes so that using any of them is caught."""
+    too_large = build.source_too_large(code)
+    if too_large is not None:
+        return [too_large], []
     try:
         tree = ast.parse(code)
     except SyntaxError as error:
