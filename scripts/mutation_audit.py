@@ -4,6 +4,10 @@ it, restore the file, and say whether the break was caught (docs/mutations.md ha
     .venv/bin/python scripts/mutation_audit.py            # every break
     .venv/bin/python scripts/mutation_audit.py fill-share lease-finally   # some, by id
     .venv/bin/python scripts/mutation_audit.py --list
+    .venv/bin/python scripts/mutation_audit.py --files    # each break against its whole test files
+
+``--files`` runs the whole files its tests live in (without the ``nvcc`` and ``gpu`` tests), not
+only the tests named for the break: slower, and what a break meets in an ordinary CPU test run.
 
 First the selected tests run once on the unbroken code (they must pass, or a failure would count
 as a catch); then each break is an exact text substitution in place, restored in a ``finally``.
@@ -99,17 +103,24 @@ def python() -> str:
     return str(VENV_PYTHON) if VENV_PYTHON.exists() else sys.executable
 
 
-def run_tests(tests: tuple[str, ...]) -> tuple[int, float, str]:
+def selection(tests: tuple[str, ...], whole_files: bool) -> list[str]:
+    """pytest arguments: the named tests, or their whole files without nvcc and GPU tests."""
+    if not whole_files:
+        return list(tests)
+    return ["-m", "not nvcc and not gpu", *dict.fromkeys(t.split("::")[0] for t in tests)]
+
+
+def run_tests(args: list[str]) -> tuple[int, float, str]:
     """pytest's exit code, seconds, and the last lines of its output."""
     start = time.monotonic()
     proc = subprocess.run([python(), "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly",
-                           *tests], cwd=REPO, capture_output=True, text=True,
+                           *args], cwd=REPO, capture_output=True, text=True,
                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
     return proc.returncode, time.monotonic() - start, tail
 
 
-def audit(item: Break) -> str:
+def audit(item: Break, whole_files: bool = False) -> str:
     """CAUGHT, NOT CAUGHT, STALE or ERROR for one break (the file is restored whatever happens)."""
     path = REPO / item.path
     original = path.read_bytes()
@@ -120,7 +131,7 @@ def audit(item: Break) -> str:
         return "STALE"
     try:
         path.write_text(text.replace(item.old, item.new, 1))
-        code, seconds, tail = run_tests(item.tests)
+        code, seconds, tail = run_tests(selection(item.tests, whole_files))
     finally:
         path.write_bytes(original)
     if code == 1:
@@ -134,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("ids", nargs="*", help="break ids to run (default: all)")
     parser.add_argument("--list", action="store_true", help="list the breaks and their tests")
+    parser.add_argument("--files", action="store_true", help="run each break's whole test files (no nvcc/gpu)")
     args = parser.parse_args(argv)
     unknown = set(args.ids) - {b.id for b in BREAKS}
     if unknown:
@@ -144,12 +156,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{item.id:20} {item.what}\n{'':20} {item.path} -> {', '.join(item.tests)}")
         return 0
     tests = tuple(dict.fromkeys(t for b in chosen for t in b.tests))
-    code, seconds, tail = run_tests(tests)
+    code, seconds, tail = run_tests(selection(tests, args.files))
     if code != 0:
         print(f"the tests fail on the unbroken code (pytest exit {code}); fix that first:\n{tail}")
         return 2
-    print(f"unbroken: {len(tests)} test(s) pass ({seconds:.0f} s)")
-    results = [(item, audit(item)) for item in chosen]
+    print(f"unbroken: {' '.join(selection(tests, args.files))} pass ({seconds:.0f} s)" if args.files
+          else f"unbroken: {len(tests)} test(s) pass ({seconds:.0f} s)")
+    results = [(item, audit(item, args.files)) for item in chosen]
     for item, outcome in results:
         print(f"{item.id:20} {outcome:16} {item.what}")
     caught = sum(outcome.startswith("CAUGHT") for _, outcome in results)
