@@ -129,3 +129,18 @@ def test_a_folder_we_create_is_shared_and_an_existing_one_is_left_as_it_is(tmp_p
     monkeypatch.setenv(LEASE_DIR_ENV, str(existing))
     assert lease_dir() == existing
     assert stat.S_IMODE(existing.stat().st_mode) == 0o755
+
+
+def test_a_lease_is_released_when_the_body_of_hold_raises(tmp_path):
+    """An exception inside ``with lease.hold()`` (a candidate's run that crashed) must not leave
+    the GPU locked: another holder of the same file takes it at once."""
+    lease = GpuLease("GPU-test", "GPU 0", tmp_path)
+    with pytest.raises(RuntimeError, match="the run crashed"):
+        with lease.hold() as held:
+            assert held
+            assert not Lease(lease.path, "GPU 0").try_acquire()  # held while the body runs
+            raise RuntimeError("the run crashed")
+    other = Lease(lease.path, "GPU 0")
+    assert other.try_acquire()
+    other.release()
+    assert lease.holder() is None

@@ -18,7 +18,7 @@ from kevin_agent.evaluate.provenance import demangle as D
 from kevin_agent.evaluate.provenance import names as N
 from kevin_agent.evaluate.provenance.attribution import OwnKernels, attribute, kernel_rows
 from kevin_agent.evaluate.provenance.policy import (
-    PARTIAL, STRICT, STRICT_COPY_SHARE, STRICT_FILL_SHARE, ProvenanceResult, judge, kernel_table, profile_feedback,
+    PARTIAL, STRICT, ProvenanceResult, judge, kernel_table, profile_feedback,
 )
 from kevin_agent.evaluate.provenance.symbols import ExtensionKernels, fatbin_kernels, list_kernels, stub_kernels
 from kevin_agent.evaluate.provenance.trace import (
@@ -360,6 +360,20 @@ def test_own_matching_exact_mangled_and_unambiguous_base():
     assert own.match("void gemv_kernel<float, 128>(float*)") is None
 
 
+FUSED_OF_MINE = "mine(float*)"
+
+
+def test_a_name_that_only_starts_like_an_own_kernel_is_not_own():
+    """Own kernels match whole names, never prefixes: a foreign kernel called ``mine_v2`` or
+    ``plain_c_impl`` next to own ``mine``/``plain_c`` is foreign compute, and strict rejects it."""
+    own = ["_Z4minePf", "plain_c"]
+    for name in ("mine_v2(float*)", "minefield(float*)", "plain_c_impl", "plain_cx(float*)"):
+        result = judge([act(FUSED_OF_MINE, 0.01), act(name, 1.0)], own, 1, STRICT)
+        assert not result.ok and "foreign compute kernels ran" in result.message, name
+    assert judge([act(FUSED_OF_MINE, 0.01), act("plain_c", 1.0)], own, 1, STRICT).ok
+    assert judge([act(FUSED_OF_MINE, 1.0)], own, 1, STRICT).ok
+
+
 def test_launch_context_overrides_a_colliding_own_name():
     own = OwnKernels(["nvjet_tst_128x64_64x8_1x2_h_bz_coopB_TNT"])  # the candidate named its kernel like cuBLAS's
     mine = attribute(act("nvjet_tst_128x64_64x8_1x2_h_bz_coopB_TNT", 1.0), own)
@@ -470,14 +484,48 @@ def test_strict_fill_and_copy_allowances():
     fill = act(FILL, 0.1, context=("aten::zeros", "aten::zero_", "aten::fill_"))
     own = act(FUSED, 1.0)
     assert judge([fill, own], OWN, 1, STRICT).ok  # 9% fill
-    just_under = act(DIRECT_COPY, 1.0 * STRICT_COPY_SHARE / (1 - STRICT_COPY_SHARE) * 0.99, context=("aten::contiguous",))
+    just_under = act(DIRECT_COPY, 0.11, context=("aten::contiguous",))  # 9.9% copies
     assert judge([just_under, own], OWN, 1, STRICT).ok
     big_copy = act(DIRECT_COPY, 0.5, context=("aten::contiguous", "aten::clone", "aten::copy_"))
     rejected = judge([big_copy, own], OWN, 1, STRICT)
     assert not rejected.ok and "copies took 33.3%" in rejected.message and "at most 10%" in rejected.message
-    big_fill = act(FILL, 1.0 * STRICT_FILL_SHARE / (1 - STRICT_FILL_SHARE) * 1.1, context=("aten::ones",))
+    big_fill = act(FILL, 1.1, context=("aten::ones",))  # 52.4% fills
     assert not judge([big_fill, own], OWN, 1, STRICT).ok
     assert judge([big_fill, own], OWN, 1, PARTIAL).ok  # fills are not counted as replaced-or-not launches
+
+
+# Boundaries as fixed numbers (docs/provenance.md): fills at most 50% and copies at most 10% of the
+# call's GPU time, each share applied only above its floor (fills 0.1 ms, copies 0.01 ms in total).
+
+@pytest.mark.parametrize("fill_ms,ok", [(0.96, True), (0.98, True), (1.02, False), (1.10, False)])
+def test_strict_fill_share_boundary_is_one_half(fill_ms, ok):
+    """Next to 1 ms of own work: 0.98 ms of fills is 49.5%, 1.02 ms is 50.5%."""
+    result = judge([act(FILL, fill_ms, context=("aten::zeros", "aten::zero_", "aten::fill_")), act(FUSED, 1.0)],
+                   OWN, 1, STRICT)
+    assert result.ok is ok, result.reasons
+    if not ok:
+        assert "fills took" in result.message and "at most 50%" in result.message
+
+
+@pytest.mark.parametrize("copy_ms,ok", [(0.108, True), (0.110, True), (0.113, False), (0.125, False)])
+def test_strict_copy_share_boundary_is_one_tenth(copy_ms, ok):
+    """Next to 1 ms of own work: 0.110 ms of copies is 9.9%, 0.113 ms is 10.2%."""
+    result = judge([act(DIRECT_COPY, copy_ms, context=("aten::contiguous",)), act(FUSED, 1.0)], OWN, 1, STRICT)
+    assert result.ok is ok, result.reasons
+
+
+@pytest.mark.parametrize("fill_ms,ok", [(0.05, True), (0.095, True), (0.105, False), (0.2, False)])
+def test_strict_fill_floor_is_a_tenth_of_a_millisecond(fill_ms, ok):
+    """Fills far above half the time (own work 0.01 ms) pass only while they total under 0.1 ms."""
+    result = judge([act(FILL, fill_ms, context=("aten::zeros",)), act(FUSED, 0.01)], OWN, 1, STRICT)
+    assert result.ok is ok, result.reasons
+
+
+@pytest.mark.parametrize("copy_ms,ok", [(0.005, True), (0.0095, True), (0.0105, False), (0.02, False)])
+def test_strict_copy_floor_is_ten_microseconds(copy_ms, ok):
+    """Copies far above a tenth of the time (own work 0.001 ms) pass only while they total under 0.01 ms."""
+    result = judge([act(DIRECT_COPY, copy_ms, context=("aten::contiguous",)), act(FUSED, 0.001)], OWN, 1, STRICT)
+    assert result.ok is ok, result.reasons
 
 
 def test_pure_own_matmul_with_a_zeroed_output_passes_partial_against_one_cublas_kernel():

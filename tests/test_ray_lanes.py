@@ -213,13 +213,11 @@ def scripted_lane(evaluator, comes_up: bool, device=None):
 
 def test_a_lane_that_comes_back_ends_the_all_gpus_lost_clock(tmp_path):
     """An outage that ended must not count towards the next one: a lane back up clears the clock."""
-    from kevin_agent.evaluate import ray_lanes
-
     evaluator = unit_ray_evaluator(tmp_path)
     lane = scripted_lane(evaluator, comes_up=True)
     lane.up = False  # its actor is being replaced
     evaluator._lanes = [lane]
-    evaluator._all_down_since = time.monotonic() - ray_lanes.NO_GPU_GRACE_S - 60  # a long, earlier outage
+    evaluator._all_down_since = time.monotonic() - 180  # an earlier outage, past the 120 s grace
     evaluator._bring_up(lane)
     assert evaluator._all_down_since is None
     item = queued_item()

@@ -266,3 +266,36 @@ def test_listed_runs_say_when_their_best_was_replayed(project, tmp_path):
         listed = {run.run_id: run for run in store.list_runs()}
     assert listed[replayed_run.run_id].replayed and best_text(listed[replayed_run.run_id]) == "2.00x (replayed)"
     assert not listed["measured-1"].replayed and best_text(listed["measured-1"]) == "-"
+
+
+def test_resume_reads_the_run_under_its_lock(project, tmp_path, monkeypatch):
+    """Another player holds the run and finishes it just after a resume would read it: the
+    resume must take the lock before it reads, so it is refused, never plays a finished run."""
+    from kevin_agent.runs.locks import RunLock
+
+    with RunService(environ={}) as service:
+        cancel = threading.Event()
+        cancel.set()  # stops before any turn: the run stays resumable
+        run_id = service.open(request(project, tmp_path)).play(cancel).record.run_id
+        store_path = service.store_for(project).path
+    other_store = RunStore(store_path)
+    other_player = RunLock.take(other_store, run_id)
+    real_load_run = RunStore.load_run
+    finished: list[str] = []
+
+    def load_then_the_other_player_finishes(store, wanted):
+        record = real_load_run(store, wanted)
+        if wanted == run_id and not finished:
+            other_store.set_status(run_id, "done")
+            other_player.release()
+            finished.append(run_id)
+        return record
+
+    monkeypatch.setattr(RunStore, "load_run", load_then_the_other_player_finishes)
+    try:
+        with RunService(environ={}) as service:
+            with pytest.raises(UserInputError, match="already being played|already done"):
+                service.open(RunRequest(resume=run_id, config_dir=project))
+    finally:
+        other_player.release()
+        other_store.close()

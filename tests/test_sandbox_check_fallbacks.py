@@ -65,11 +65,48 @@ def test_the_self_check_asks_for_gpu_devices_only_when_there_are_some(monkeypatc
     assert asked == [expect_gpu]
 
 
+def fake_tool(folder: Path, name: str) -> Path:
+    """An executable ``folder/name`` (what shutil.which finds on PATH)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tool = folder / name
+    tool.write_text("#!/bin/sh\nexit 0\n")
+    tool.chmod(0o755)
+    return tool
+
+
 @pytest.mark.parametrize("value", ["   ", "\t"])
-def test_a_blank_cc_or_cxx_is_ignored(monkeypatch, value):
+def test_a_blank_cc_or_cxx_is_ignored(monkeypatch, tmp_path, value):
+    fake_tool(tmp_path / "opt" / "mycc" / "bin", "mycc")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'opt' / 'mycc' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.delenv("CXX", raising=False)
+    without = policy_module.toolchain_paths()
+    monkeypatch.setenv("CC", "mycc -O2")  # a set $CC is read: its install tree is granted
+    assert os.path.realpath(tmp_path / "opt" / "mycc") in policy_module.toolchain_paths()
     monkeypatch.setenv("CC", value)
     monkeypatch.setenv("CXX", value)
-    policy_module.toolchain_paths()  # no IndexError
+    assert policy_module.toolchain_paths() == without  # a blank one adds nothing (and raises nothing)
+
+
+def test_a_toolchain_under_home_shrinks_to_its_binary_folder(monkeypatch, tmp_path):
+    """A compiler in ~/.local/bin grants ~/.local/bin, never ~/.local (or the home); the same for a
+    compiler inside a protected repository."""
+    home, repo = tmp_path / "home", tmp_path / "repo"
+    fake_tool(home / ".local" / "bin", "homecc")
+    fake_tool(repo / "tools" / "bin", "repocxx")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("PATH", os.pathsep.join([str(home / ".local" / "bin"), str(repo / "tools" / "bin"),
+                                                os.environ.get("PATH", "")]))
+    monkeypatch.setenv("CC", "homecc")
+    monkeypatch.setenv("CXX", "repocxx")
+    paths = policy_module.toolchain_paths(protect=[repo])
+    assert os.path.realpath(home / ".local" / "bin") in paths
+    assert os.path.realpath(repo / "tools" / "bin") in paths
+    for wide in (home, home / ".local", repo, repo / "tools"):
+        assert os.path.realpath(wide) not in paths, wide
+    monkeypatch.setenv("HOME", str(tmp_path / "elsewhere"))  # not under a protected path: the whole tree
+    (tmp_path / "elsewhere").mkdir()
+    assert os.path.realpath(home / ".local") in policy_module.toolchain_paths(protect=[repo])
 
 
 def test_a_cuda_home_of_slash_is_never_granted(monkeypatch):

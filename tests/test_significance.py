@@ -82,3 +82,29 @@ async def test_the_terminal_ui_says_tie(tmp_path):
         await pilot.pause(0.2)
         text = str(app.screen.query_one("#conclusion", Static).render())
         assert "a tie with torch.compile" in text
+
+
+# Fixed numbers: a win needs the kernel's median interval wholly below the faster baseline's and
+# the medians at least 2% apart; a run stored without timings needs speedups above 1.02x.
+
+def test_overlapping_intervals_are_a_tie_even_when_the_medians_are_5_percent_apart():
+    kernel, baseline = timed(1.00, 0.96, 1.04), timed(1.05, 1.01, 1.09)
+    assert compare_times(kernel, baseline) == "tie"
+    assert compare_times(baseline, kernel) == "tie"
+    assert compare_times(timed(1.00, 0.96, 1.009), baseline) == "faster"  # intervals just apart
+    assert compare_times(baseline, timed(1.00, 0.96, 1.009)) == "slower"
+    verdict = good_verdict(kernel=kernel, eager=baseline, compiled=None, speedup_vs_eager=1.05,
+                           speedup_vs_compile=None)
+    assert better_choice(verdict.details) == "tie"
+    assert not conclude(make_record(None, "code", verdict)).win
+
+
+@pytest.mark.parametrize("vs_eager,vs_compile,choice", [
+    (1.01, None, "eager"), (1.019, None, "eager"), (1.021, None, "kernel"), (1.03, None, "kernel"),
+    (1.5, 1.01, "torch.compile"), (1.01, 1.5, "eager"), (1.5, 1.019, "torch.compile"), (1.03, 1.021, "kernel"),
+])
+def test_stored_without_timings_a_win_needs_more_than_1_02x(vs_eager, vs_compile, choice):
+    verdict = good_verdict(kernel=None, eager=None, compiled=None, speedup_vs_eager=vs_eager,
+                           speedup_vs_compile=vs_compile)
+    assert better_choice(verdict.details) == choice
+    assert conclude(make_record(None, "code", verdict)).win is (choice == "kernel")

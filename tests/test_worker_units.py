@@ -215,13 +215,13 @@ def test_stats_from_samples():
 def test_median_interval_narrows_with_trials_and_adaptive_timing_stops_when_stable():
     import random
 
-    from kevin_agent.evaluate.worker.timing import MIN_TRIALS, Timer, is_stable, median_interval
+    from kevin_agent.evaluate.worker.timing import Timer, is_stable, median_interval
 
     rng = random.Random(3)
     few = sorted(rng.gauss(1.0, 0.05) for _ in range(20))
     many = sorted(rng.gauss(1.0, 0.05) for _ in range(400))
     assert (median_interval(many)[1] - median_interval(many)[0]) < (median_interval(few)[1] - median_interval(few)[0])
-    assert not is_stable([1.0] * (MIN_TRIALS - 1)) and is_stable([1.0] * MIN_TRIALS)
+    assert not is_stable([1.0] * 19) and is_stable([1.0] * 20)  # never fewer than 20 timed runs
 
     class Steady(Timer):  # a kernel whose times are already tight: the floor of trials suffices
         def __init__(self, noise: float) -> None:
@@ -232,7 +232,7 @@ def test_median_interval_narrows_with_trials_and_adaptive_timing_stops_when_stab
             return [1.0 + rng.uniform(-self.noise, self.noise) for _ in range(trials)]
 
     steady = Steady(0.001)
-    assert len(steady.time_adaptive(None, (), cap=100, warmup=0)) == MIN_TRIALS
+    assert len(steady.time_adaptive(None, (), cap=100, warmup=0)) == 20
     noisy = Steady(0.5)  # never within +-1% of the median: the cap ends it
     assert len(noisy.time_adaptive(None, (), cap=100, warmup=0)) == 100
 
