@@ -28,6 +28,7 @@ from kevin_agent.evaluate.build.log import errors_only_in, trim_errors
 from kevin_agent.evaluate.build.chunks import SplitRefused
 from kevin_agent.evaluate.build.split import SOURCE_NAME
 from kevin_agent.evaluate.build.ninja_file import ensure_pch, file_lock, run_ninja, write_ninja
+from kevin_agent.evaluate.sandbox.limits import limit_message
 from kevin_agent.evaluate.source.calls import ExtensionSpec
 
 __all__ = ["ExtensionSpec", "BuildResult", "BuildCache", "default_cache_root", "import_extension"]
@@ -220,7 +221,7 @@ class BuildCache:
         ran = run_ninja(work, self.ninja_jobs, self.timeout_s, log_path, self._confinement(directory))
         return BuildResult(
             ok=ran.ok, seconds=0.0, cache_hit=False, log_path=str(log_path),
-            errors=None if ran.ok else trim_errors(ran.output), path=layout.path,
+            errors=None if ran.ok else limit_message(ran.output) or trim_errors(ran.output), path=layout.path,
             module_path=str(work / target) if ran.ok else None, split_note=layout.note,
             timed_out=ran.timed_out,
         )

@@ -9,6 +9,7 @@ sandbox), ``scratch``.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 PRELUDE = '''
@@ -52,6 +53,51 @@ def _landlock_allow_everything_then_read(path):
 
 def _unshare_user():
     _check(_libc.unshare(0x10000000), "unshare(CLONE_NEWUSER)")
+
+def _chmod_same(path):
+    os.chmod(path, os.stat(path).st_mode & 0o7777)
+
+def _chown_same(path):
+    info = os.stat(path)
+    os.chown(path, info.st_uid, info.st_gid)
+
+def _utime_same(path):
+    info = os.stat(path)
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+
+def _xattr_set_remove(path):
+    os.setxattr(path, b"user.kevin_attack", b"1")
+    os.removexattr(path, b"user.kevin_attack")
+
+def _quiet(argv, **kw):
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, close_fds=True, **kw)
+
+def _linger_setsid(marker):
+    _quiet(["/bin/sleep", marker], start_new_session=True)
+
+def _linger_double_fork(marker):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            if os.fork() == 0:
+                os.execv("/bin/sleep", ["sleep", marker])
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+def _many(marker, count):
+    for _ in range(count):
+        _quiet(["/bin/sleep", marker])
+
+def _flood(megabytes):
+    for _ in range(megabytes):
+        os.write(1, b"x" * (1 << 20))
+
+def _sparse(folder, size):
+    with open(os.path.join(folder, "sparse-" + os.urandom(4).hex()), "wb") as handle:
+        handle.truncate(size)
 '''
 
 
@@ -62,6 +108,7 @@ class Attack:
     code: str  # one statement; raises when the attempt fails
     single_threaded: bool = False  # only meaningful in a process without threads (unshare)
     last: bool = False  # changes the process (run after the others)
+    contained: bool = False  # may "succeed" inside: the parent checks what is left afterwards
 
 
 ATTACKS: tuple[Attack, ...] = (
@@ -91,6 +138,34 @@ ATTACKS: tuple[Attack, ...] = (
     Attack("new_userns", "create a user namespace", "_unshare_user()", single_threaded=True, last=True),
 )
 
+# Issue 18: metadata (Landlock does not cover it: seccomp refuses it), processes that outlive the
+# child and process counts (the launcher's PID namespace), output and file sizes (its bounds),
+# the run store, the parent. Targets besides those above: ``store_file`` (a run store),
+# ``linger`` (a unique sleep duration: processes left behind are found by it), ``parent_pid``.
+METADATA_ATTACKS: tuple[Attack, ...] = (
+    Attack("chmod_home", "change the mode of a file in the user's home", "_chmod_same(T['home_file'])"),
+    Attack("chown_repo", "change the owner of the task file", "_chown_same(T['repo_file'])"),
+    Attack("utime_home", "change the times of a file in the user's home", "_utime_same(T['home_file'])"),
+    Attack("xattr_repo", "set an extended attribute on the task file", "_xattr_set_remove(T['repo_file'])"),
+)
+OS_ATTACKS: tuple[Attack, ...] = METADATA_ATTACKS + (
+    Attack("write_home", "write a file into the user's home",
+           "open(os.path.join(T['home_dir'], 'pwned-' + os.urandom(6).hex()), 'w').write('x')"),
+    Attack("write_store", "append to the run store", "open(T['store_file'], 'ab').write(b'x')"),
+    Attack("signal_parent", "signal the process that started it", "os.kill(T['parent_pid'], 0)"),
+    Attack("setsid_linger", "leave a process running in a new session", "_linger_setsid(T['linger'])",
+           contained=True),
+    Attack("double_fork", "leave a daemon behind (double fork)", "_linger_double_fork(T['linger'])",
+           contained=True),
+    Attack("fork_bomb", "start 1100 processes", "_many(T['linger'], 1100)"),
+    Attack("output_flood", "print 40 MB", "_flood(40)", contained=True),
+    Attack("sparse_file", "create an 11 GB sparse file in its scratch", "_sparse(T['scratch'], 11 << 30)"),
+)
+
+# What ``python -m kevin_agent.evaluate.sandbox`` and ``kevin doctor`` try (idempotent: the
+# unconfined control may touch the real home file, changing nothing).
+SELF_CHECK_ATTACKS: tuple[Attack, ...] = ATTACKS + METADATA_ATTACKS
+
 LEGIT: tuple[Attack, ...] = (
     Attack("write_scratch", "write and read back a file in scratch",
            "open(os.path.join(T['scratch'], 'ok.txt'), 'w').write('ok'); "
@@ -104,7 +179,7 @@ LEGIT: tuple[Attack, ...] = (
 
 
 def by_name(name: str) -> Attack:
-    for attack in ATTACKS + LEGIT:
+    for attack in ATTACKS + OS_ATTACKS + LEGIT:
         if attack.name == name:
             return attack
     raise KeyError(name)
@@ -123,3 +198,25 @@ def candidate_source(attack: Attack, targets: dict, where: str, torch: bool = Fa
     if where == "forward":
         return head + f"\nclass ModelNew{base}:\n    def forward(self, *args):\n        {attack.code}\n" + body
     raise ValueError(where)
+
+
+RESULT_MARKER = "KEVIN_ATTACK_RESULT:"
+
+
+def attack_script(attack: Attack, targets: dict) -> str:
+    """A program that tries ``attack`` once and prints ``RESULT_MARKER`` + JSON
+    ``{"ok": bool, "error": str, "errno": int | None}`` (``python FILE`` or ``attack_run FILE``)."""
+    return (PRELUDE + f"\nT = {targets!r}\nimport json as _json, sys as _sys\n"
+            "try:\n    " + attack.code + "\n    _r = {'ok': True, 'error': '', 'errno': None}\n"
+            "except BaseException as _e:\n"
+            "    _r = {'ok': False, 'error': (type(_e).__name__ + ': ' + str(_e))[:300],"
+            " 'errno': getattr(_e, 'errno', None)}\n"
+            f"_sys.stdout.flush()\nprint({RESULT_MARKER!r} + _json.dumps(_r), flush=True)\n")
+
+
+def attack_result(output: str) -> dict | None:
+    """The result line ``attack_script`` printed, or None (the process was stopped first)."""
+    for line in output.splitlines():
+        if line.startswith(RESULT_MARKER):
+            return dict(json.loads(line[len(RESULT_MARKER):]))
+    return None

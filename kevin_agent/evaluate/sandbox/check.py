@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
-from kevin_agent.evaluate.sandbox.attacks import ATTACKS, LEGIT
+from kevin_agent.evaluate.sandbox.attacks import LEGIT
+from kevin_agent.evaluate.sandbox.attacks import SELF_CHECK_ATTACKS as ATTACKS
 from kevin_agent.evaluate.sandbox.check_child import MARKER
 from kevin_agent.evaluate.sandbox.policy import SandboxPolicy, device_paths, worker_policy
 from kevin_agent.evaluate.sandbox.support import probe

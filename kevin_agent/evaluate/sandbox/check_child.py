@@ -11,7 +11,8 @@ import json
 import sys
 import traceback
 
-from kevin_agent.evaluate.sandbox.attacks import ATTACKS, LEGIT, PRELUDE
+from kevin_agent.evaluate.sandbox.attacks import LEGIT, PRELUDE
+from kevin_agent.evaluate.sandbox.attacks import SELF_CHECK_ATTACKS as ATTACKS
 from kevin_agent.evaluate.sandbox.enforce import SandboxUnavailable, confine
 from kevin_agent.evaluate.sandbox.policy import SandboxPolicy
 

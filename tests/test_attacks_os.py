@@ -1,0 +1,203 @@
+"""Issue 18, the OS side: every attack runs confined and, as a control, unconfined, through the
+real entry points, so the OS is shown to be what stops it (no static check is involved):
+
+- ``record``: the load_inline recorder (``build.specs.record_in_child``), a candidate's top level;
+- ``compile``: a compile child, ``run_ninja`` confined by ``BuildCache._confinement`` (what every
+  build uses), running the attack as the program a build step runs;
+- ``worker``: the GPU worker's candidate layer (``worker_policy``) through the launcher, CPU only
+  (tests/gpu/test_attacks_gpu.py runs the same bodies in CUDA candidates on the GPU worker).
+
+The attack bodies are ``sandbox.attacks.OS_ATTACKS`` (shared with the GPU tests). The fake home,
+repository and run store live in tmp. A ``contained`` attack may run inside and is judged by
+what is left afterwards (processes still alive, output that reached the parent).
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kevin_agent.evaluate.sandbox import launch_command, worker_policy
+from kevin_agent.evaluate.sandbox.attacks import OS_ATTACKS, Attack, attack_result, attack_script, by_name
+from kevin_agent.evaluate.sandbox.check import _Listener
+
+ENTRIES = ("record", "compile", "worker")
+_MARKERS = itertools.count(1)
+
+
+# -- the world outside the sandbox -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("attacks-os")
+    home, repo = root / "home", root / "repo"
+    (repo / ".kevin").mkdir(parents=True)
+    home.mkdir()
+    (home / "secret.txt").write_text("api key\n")
+    (repo / "task.py").write_text("class Model: pass\n")
+    (repo / ".kevin" / "runs.sqlite").write_bytes(b"SQLite format 3\x00")
+    listener = _Listener()
+    yield {"root": root, "home": home, "repo": repo, "listener": listener}
+    listener.close()
+
+
+def targets_for(world: dict, scratch: Path) -> dict:
+    marker = f"{4000 + next(_MARKERS)}.{os.getpid() % 997}"  # a sleep duration nothing else uses
+    return {"home_file": str(world["home"] / "secret.txt"), "home_dir": str(world["home"]),
+            "repo_dir": str(world["repo"]), "repo_file": str(world["repo"] / "task.py"),
+            "store_file": str(world["repo"] / ".kevin" / "runs.sqlite"), "port": world["listener"].port,
+            "victim_pid": os.getpid(), "parent_pid": os.getpid(), "scratch": str(scratch), "linger": marker}
+
+
+def lingering(marker: str) -> list[int]:
+    """Processes still alive that an attack started (``sleep MARKER``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if marker.encode() in argv and b"sleep" in argv[0]:
+                found.append(int(entry))
+    return found
+
+
+def end_lingering(marker: str) -> int:
+    """Kill (by id) what an unconfined control left behind; how many there were."""
+    pids = lingering(marker)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return len(pids)
+
+
+# -- the entry points ------------------------------------------------------------------------
+
+def run_record(attack: Attack, targets: dict, confined: bool) -> dict:
+    """The recorder on a candidate whose top level tries ``attack``; the result travels back in
+    the recorded load_inline call (or the recorder's error when the sandbox stopped it)."""
+    from kevin_agent.evaluate.build.specs import SourceExtractionError, record_in_child
+
+    code = (attack_script(attack, targets) + "from torch.utils.cpp_extension import load_inline\n"
+            "load_inline(name='attack', cpp_sources=_json.dumps(_r), functions=['f'])\n")
+    try:
+        specs = record_in_child(code, timeout_s=200, sandbox="required" if confined else "off")
+    except SourceExtractionError as exc:
+        return {"result": None, "message": str(exc)}
+    return {"result": json.loads("".join(specs[0].cpp_sources)), "message": ""}
+
+
+def run_compile(attack: Attack, targets: dict, confined: bool, root: Path) -> dict:
+    """ninja runs a build step that tries ``attack``, confined as every build is (``BuildCache``)."""
+    from kevin_agent.evaluate.build.cache import BuildCache
+    from kevin_agent.evaluate.build.ninja_file import run_ninja
+
+    build = Path(targets["scratch"])
+    (build / "attack.py").write_text(attack_script(attack, targets))
+    (build / "build.ninja").write_text(f"rule attack\n  command = {sys.executable} attack.py && touch $out\n"
+                                       "build done: attack\ndefault done\n")
+    cache = BuildCache(root / "cache")
+    cache.sandbox = "required"
+    confine = cache._confinement(build) if confined else None
+    ran = run_ninja(build, 1, 300.0, build / "build.log", confine)
+    return {"result": attack_result(ran.output), "message": ran.output[-2000:], "output_bytes": len(ran.output)}
+
+
+def run_worker(attack: Attack, targets: dict, confined: bool, world: dict) -> dict:
+    """The worker's candidate layer (``worker_policy``, CPU only) through the launcher."""
+    import subprocess
+
+    scratch = Path(targets["scratch"])
+    script = scratch / "attack.py"
+    script.write_text(attack_script(attack, targets))
+    policy = worker_policy(scratch, gpu=False, protect=[world["repo"]])
+    argv = launch_command(policy, ["kevin_agent.evaluate.sandbox.attack_run", str(script)],
+                          "required" if confined else "off", module=True)
+    env = {**os.environ, "HOME": str(world["home"])}
+    proc = subprocess.run(argv, cwd=scratch, env=env, capture_output=True, timeout=300, stdin=subprocess.DEVNULL,
+                          start_new_session=True)
+    text = proc.stdout.decode(errors="replace")
+    return {"result": attack_result(text), "message": proc.stderr.decode(errors="replace")[-2000:],
+            "output_bytes": len(proc.stdout)}
+
+
+def run(entry: str, name: str, confined: bool, world: dict, tmp_path: Path) -> tuple[dict, dict]:
+    scratch = tmp_path / ("confined" if confined else "control")
+    scratch.mkdir()
+    targets = targets_for(world, scratch)
+    attack = by_name(name)
+    before = world["listener"].accepted
+    if entry == "record":
+        out = run_record(attack, targets, confined)
+    elif entry == "compile":
+        out = run_compile(attack, targets, confined, tmp_path)
+    else:
+        out = run_worker(attack, targets, confined, world)
+    time.sleep(0.2)  # a process left behind has had time to start
+    out["lingering"] = end_lingering(targets["linger"])
+    out["accepted"] = world["listener"].accepted - before
+    return out, targets
+
+
+# -- what each attack gets -------------------------------------------------------------------
+
+REFUSED = {"chmod_home": errno.EPERM, "chown_repo": errno.EPERM, "utime_home": errno.EPERM,
+           "xattr_repo": errno.EPERM, "write_home": errno.EACCES, "write_store": errno.EACCES,
+           "signal_parent": errno.EPERM, "sparse_file": errno.EFBIG}
+# Without processes (record, worker) starting one is refused; a compile may start them, but
+# none outlives it and there are at most 1024.
+PROCESS_ATTACKS = ("setsid_linger", "double_fork", "fork_bomb")
+
+
+def check_confined(entry: str, name: str, out: dict) -> None:
+    result = out["result"]
+    if name == "output_flood":
+        assert result is None, f"the flood was not stopped: {out}"
+        assert "printed more than 16 MB and was stopped" in out["message"], out["message"][-500:]
+        if entry != "record":
+            assert out["output_bytes"] <= 17 * 2**20, out["output_bytes"]
+        return
+    assert result is not None, f"no result came back: {out['message'][-1500:]}"
+    if name == "signal_parent":  # Landlock's signal scope; in a PID namespace the pid is not even there
+        assert not result["ok"] and result["errno"] in (errno.EPERM, errno.ESRCH), result
+    elif name in REFUSED:
+        assert not result["ok"] and result["errno"] == REFUSED[name], result
+    elif name in PROCESS_ATTACKS and entry != "compile":
+        assert not result["ok"] and result["errno"] == errno.EPERM, result
+    elif name == "fork_bomb":
+        assert not result["ok"] and result["errno"] == errno.EAGAIN, result
+    assert out["lingering"] == 0, f"{out['lingering']} processes outlived the {entry} child"
+
+
+def check_control(name: str, out: dict) -> None:
+    """Without the sandbox the attack works: the OS, not the attack's own failure, stops it."""
+    if name == "output_flood" and out["result"] is None:
+        pytest.fail(f"the unconfined flood did not finish: {out['message'][-500:]}")
+    assert out["result"] is not None and out["result"]["ok"], out
+    if name in ("setsid_linger", "double_fork"):
+        assert out["lingering"] >= 1, "the control left nothing behind: the test would prove nothing"
+    if name == "output_flood" and "output_bytes" in out:
+        assert out["output_bytes"] >= 40 * 2**20
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name", [a.name for a in OS_ATTACKS])
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_os_attack_is_stopped_by_the_sandbox(entry, name, world, tmp_path):
+    control, _ = run(entry, name, False, world, tmp_path)
+    check_control(name, control)
+    home_before = sorted(world["home"].iterdir())
+    confined, _ = run(entry, name, True, world, tmp_path)
+    check_confined(entry, name, confined)
+    assert sorted(world["home"].iterdir()) == home_before
