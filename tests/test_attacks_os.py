@@ -14,11 +14,8 @@ what is left afterwards (processes still alive, output that reached the parent).
 
 from __future__ import annotations
 
-import errno
-import itertools
 import json
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -26,60 +23,30 @@ from pathlib import Path
 import pytest
 
 from kevin_agent.evaluate.sandbox import launch_command, worker_policy
-from kevin_agent.evaluate.sandbox.attacks import OS_ATTACKS, Attack, attack_result, attack_script, by_name
+from kevin_agent.evaluate.sandbox.attacks import (
+    OS_ATTACKS,
+    Attack,
+    attack_result,
+    attack_script,
+    by_name,
+    end_lingering,
+    expected_refusal,
+    make_world,
+    os_targets,
+)
 from kevin_agent.evaluate.sandbox.check import _Listener
 
 ENTRIES = ("record", "compile", "worker")
-_MARKERS = itertools.count(1)
 
 
 # -- the world outside the sandbox -----------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("attacks-os")
-    home, repo = root / "home", root / "repo"
-    (repo / ".kevin").mkdir(parents=True)
-    home.mkdir()
-    (home / "secret.txt").write_text("api key\n")
-    (repo / "task.py").write_text("class Model: pass\n")
-    (repo / ".kevin" / "runs.sqlite").write_bytes(b"SQLite format 3\x00")
+    world = make_world(tmp_path_factory.mktemp("attacks-os"))
     listener = _Listener()
-    yield {"root": root, "home": home, "repo": repo, "listener": listener}
+    yield {**world, "listener": listener}
     listener.close()
-
-
-def targets_for(world: dict, scratch: Path) -> dict:
-    marker = f"{4000 + next(_MARKERS)}.{os.getpid() % 997}"  # a sleep duration nothing else uses
-    return {"home_file": str(world["home"] / "secret.txt"), "home_dir": str(world["home"]),
-            "repo_dir": str(world["repo"]), "repo_file": str(world["repo"] / "task.py"),
-            "store_file": str(world["repo"] / ".kevin" / "runs.sqlite"), "port": world["listener"].port,
-            "victim_pid": os.getpid(), "parent_pid": os.getpid(), "scratch": str(scratch), "linger": marker}
-
-
-def lingering(marker: str) -> list[int]:
-    """Processes still alive that an attack started (``sleep MARKER``)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if marker.encode() in argv and b"sleep" in argv[0]:
-                found.append(int(entry))
-    return found
-
-
-def end_lingering(marker: str) -> int:
-    """Kill (by id) what an unconfined control left behind; how many there were."""
-    pids = lingering(marker)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return len(pids)
 
 
 # -- the entry points ------------------------------------------------------------------------
@@ -135,7 +102,7 @@ def run_worker(attack: Attack, targets: dict, confined: bool, world: dict) -> di
 def run(entry: str, name: str, confined: bool, world: dict, tmp_path: Path) -> tuple[dict, dict]:
     scratch = tmp_path / ("confined" if confined else "control")
     scratch.mkdir()
-    targets = targets_for(world, scratch)
+    targets = os_targets(world, scratch, world["listener"].port)
     attack = by_name(name)
     before = world["listener"].accepted
     if entry == "record":
@@ -152,14 +119,6 @@ def run(entry: str, name: str, confined: bool, world: dict, tmp_path: Path) -> t
 
 # -- what each attack gets -------------------------------------------------------------------
 
-REFUSED = {"chmod_home": errno.EPERM, "chown_repo": errno.EPERM, "utime_home": errno.EPERM,
-           "xattr_repo": errno.EPERM, "write_home": errno.EACCES, "write_store": errno.EACCES,
-           "signal_parent": errno.EPERM, "sparse_file": errno.EFBIG}
-# Without processes (record, worker) starting one is refused; a compile may start them, but
-# none outlives it and there are at most 1024.
-PROCESS_ATTACKS = ("setsid_linger", "double_fork", "fork_bomb")
-
-
 def check_confined(entry: str, name: str, out: dict) -> None:
     result = out["result"]
     if name == "output_flood":
@@ -169,14 +128,9 @@ def check_confined(entry: str, name: str, out: dict) -> None:
             assert out["output_bytes"] <= 17 * 2**20, out["output_bytes"]
         return
     assert result is not None, f"no result came back: {out['message'][-1500:]}"
-    if name == "signal_parent":  # Landlock's signal scope; in a PID namespace the pid is not even there
-        assert not result["ok"] and result["errno"] in (errno.EPERM, errno.ESRCH), result
-    elif name in REFUSED:
-        assert not result["ok"] and result["errno"] == REFUSED[name], result
-    elif name in PROCESS_ATTACKS and entry != "compile":
-        assert not result["ok"] and result["errno"] == errno.EPERM, result
-    elif name == "fork_bomb":
-        assert not result["ok"] and result["errno"] == errno.EAGAIN, result
+    refusal = expected_refusal(by_name(name), processes=entry == "compile")
+    if refusal is not None:
+        assert not result["ok"] and result["errno"] in refusal, result
     assert out["lingering"] == 0, f"{out['lingering']} processes outlived the {entry} child"
 
 

@@ -33,13 +33,17 @@ def _environment_lines() -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kevin_agent.evaluate.sandbox.check import check_sandbox, format_table
+    from kevin_agent.evaluate.sandbox.check import check_sandbox, coverage, format_table, isolation_probe
     from kevin_agent.evaluate.sandbox.support import probe
 
     for line in _environment_lines():
         print(line)
     support = probe()
     print(f"sandbox: {support.summary()} (kernel {support.kernel}, {support.arch})")
+    for area in coverage(support.landlock_abi, support.seccomp):
+        print(f"  {area}")
+    isolation, seconds = isolation_probe()
+    print(f"  processes of a compile or worker: {isolation} (a confined start took {seconds * 1000:.0f} ms)")
     line, results = check_sandbox(args.sandbox)
     print(format_table(line, results))
     return 0 if all(r.ok for r in results) else 1

@@ -9,8 +9,12 @@ sandbox), ``scratch``.
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
+import signal
 from dataclasses import dataclass
+from pathlib import Path
 
 PRELUDE = '''
 import ctypes, os, resource, socket, subprocess
@@ -82,6 +86,9 @@ def _linger_double_fork(marker):
         try:
             os.setsid()
             if os.fork() == 0:
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
                 os.execv("/bin/sleep", ["sleep", marker])
         finally:
             os._exit(0)
@@ -159,8 +166,27 @@ OS_ATTACKS: tuple[Attack, ...] = METADATA_ATTACKS + (
            contained=True),
     Attack("fork_bomb", "start 1100 processes", "_many(T['linger'], 1100)"),
     Attack("output_flood", "print 40 MB", "_flood(40)", contained=True),
-    Attack("sparse_file", "create an 11 GB sparse file in its scratch", "_sparse(T['scratch'], 11 << 30)"),
+    Attack("sparse_file", "create an 11 GB sparse file in its working folder", "_sparse(os.getcwd(), 11 << 30)"),
 )
+
+_EACCES, _EPERM, _ESRCH, _EAGAIN, _EFBIG = 13, 1, 3, 11, 27
+_REFUSALS = {"chmod_home": (_EPERM,), "chown_repo": (_EPERM,), "utime_home": (_EPERM,), "xattr_repo": (_EPERM,),
+             "write_home": (_EACCES,), "write_store": (_EACCES,), "sparse_file": (_EFBIG,),
+             "signal_parent": (_EPERM, _ESRCH)}  # Landlock's signal scope; from a PID namespace: no such pid
+
+
+def expected_refusal(attack: Attack, processes: bool) -> tuple[int, ...] | None:
+    """The errno values the sandbox answers an ``OS_ATTACKS`` attack with, in a child that may
+    (``processes``: a compile) or may not start processes; None when the attack runs but is
+    contained (judged by what is left: processes, output that reached the parent)."""
+    if attack.name in _REFUSALS:
+        return _REFUSALS[attack.name]
+    if attack.name in ("setsid_linger", "double_fork", "fork_bomb") and not processes:
+        return (_EPERM,)
+    if attack.name == "fork_bomb":
+        return (_EAGAIN,)  # the PID namespace's cap
+    return None
+
 
 # What ``python -m kevin_agent.evaluate.sandbox`` and ``kevin doctor`` try (idempotent: the
 # unconfined control may touch the real home file, changing nothing).
@@ -211,7 +237,7 @@ def attack_script(attack: Attack, targets: dict) -> str:
             "except BaseException as _e:\n"
             "    _r = {'ok': False, 'error': (type(_e).__name__ + ': ' + str(_e))[:300],"
             " 'errno': getattr(_e, 'errno', None)}\n"
-            f"_sys.stdout.flush()\nprint({RESULT_MARKER!r} + _json.dumps(_r), flush=True)\n")
+            f"_sys.stdout.flush()\nprint('\\n' + {RESULT_MARKER!r} + _json.dumps(_r), flush=True)\n")
 
 
 def attack_result(output: str) -> dict | None:
@@ -220,3 +246,54 @@ def attack_result(output: str) -> dict | None:
         if line.startswith(RESULT_MARKER):
             return dict(json.loads(line[len(RESULT_MARKER):]))
     return None
+
+
+# -- the parent's side of OS_ATTACKS (CPU and GPU tests) ---------------------------------------
+
+_MARKERS = itertools.count(1)
+
+
+def make_world(root: Path) -> dict[str, Path]:
+    """A fake home with a secret, a repository with a task file and a run store, under ``root``."""
+    home, repo = root / "home", root / "repo"
+    (repo / ".kevin").mkdir(parents=True, exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "secret.txt").write_text("api key\n")
+    (repo / "task.py").write_text("class Model: pass\n")
+    (repo / ".kevin" / "runs.sqlite").write_bytes(b"SQLite format 3\x00")
+    return {"root": root, "home": home, "repo": repo}
+
+
+def os_targets(world: dict[str, Path], scratch: Path, port: int) -> dict:
+    """The ``T`` of an OS attack: the world's paths, a listener's port, this process as the parent
+    and victim, ``scratch``, and a fresh ``linger`` marker (a sleep duration nothing else uses)."""
+    marker = f"{4000 + next(_MARKERS)}.{os.getpid() % 997}"
+    return {"home_file": str(world["home"] / "secret.txt"), "home_dir": str(world["home"]),
+            "repo_dir": str(world["repo"]), "repo_file": str(world["repo"] / "task.py"),
+            "store_file": str(world["repo"] / ".kevin" / "runs.sqlite"), "port": port,
+            "victim_pid": os.getpid(), "parent_pid": os.getpid(), "scratch": str(scratch), "linger": marker}
+
+
+def lingering(marker: str) -> list[int]:
+    """Processes still alive that an attack started (``sleep MARKER``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if marker.encode() in argv and argv[0].endswith(b"sleep"):
+                found.append(int(entry))
+    return found
+
+
+def end_lingering(marker: str) -> int:
+    """Kill (by id) what an unconfined control left behind; how many there were."""
+    pids = lingering(marker)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return len(pids)

@@ -115,40 +115,60 @@ def relay(child: int, pipes: Sequence[tuple[int, int]], caps: Caps) -> int:
     selector = selectors.DefaultSelector()
     for stream in state.streams:
         selector.register(stream.source, selectors.EVENT_READ, stream)
+    ended = _child_end(child, selector)
     _forward_termination(child)
     status: Optional[int] = None
     next_check = time.monotonic()
-    while state.verdict is None:
-        for key, _ in selector.select(timeout=WATCH_INTERVAL_S):
+    while state.verdict is None and status is None:
+        for key, _ in selector.select(timeout=WATCH_INTERVAL_S if ended is not None else 0.02):
+            if key.data is None:  # the pidfd: the child ended
+                selector.unregister(key.fd)
+                continue
             _pump(key.data, caps, state)
             if not key.data.open:
                 selector.unregister(key.fd)
         if time.monotonic() >= next_check:
             state.verdict = _over_budget(caps)
             next_check = time.monotonic() + WATCH_INTERVAL_S
-        status = status if status is not None else _reaped(child)
-        if status is not None and (not selector.get_map() or _drained(selector, caps, state)):
-            break
+        status = _reaped(child)
+    if state.verdict is None:
+        _drain(selector, caps, state)
+    if state.verdict is None:
+        state.verdict = _over_budget(caps)  # what the child left behind
     if state.verdict is not None:
         _kill(child)
-        status = _wait(child) if status is None else status
+        if status is None:
+            _wait(child)
         _write_all(2, f"\n{LIMIT_PREFIX}{state.verdict}\n".encode())
-        return EXIT_LIMIT
-    verdict = _over_budget(caps)  # what the child left behind
-    if verdict is not None:
-        _write_all(2, f"\n{LIMIT_PREFIX}{verdict}\n".encode())
         return EXIT_LIMIT
     return _as_own(status if status is not None else _wait(child))
 
 
-def _drained(selector: selectors.BaseSelector, caps: Caps, state: _State) -> bool:
-    """After the child ended: read what is left without waiting (a process outside a PID
-    namespace may still hold the pipes)."""
-    for key, _ in selector.select(timeout=0.05):
-        _pump(key.data, caps, state)
-        if not key.data.open:
-            selector.unregister(key.fd)
-    return True
+def _child_end(child: int, selector: selectors.BaseSelector) -> Optional[int]:
+    """A pidfd of the child in ``selector`` (readable once it ends), or None (Linux < 5.3)."""
+    try:
+        fd = os.pidfd_open(child)
+    except (AttributeError, OSError):
+        return None
+    selector.register(fd, selectors.EVENT_READ, None)
+    return fd
+
+
+def _drain(selector: selectors.BaseSelector, caps: Caps, state: _State, limit_s: float = 2.0) -> None:
+    """After the child ended, copy what is left in the pipes; stop after ``limit_s`` (a process
+    outside a PID namespace may still hold them open)."""
+    deadline = time.monotonic() + limit_s
+    while any(key.data is not None for key in selector.get_map().values()) and time.monotonic() < deadline:
+        events = selector.select(timeout=max(0.0, min(0.05, deadline - time.monotonic())))
+        if not events:
+            return
+        for key, _ in events:
+            if key.data is None:
+                selector.unregister(key.fd)
+                continue
+            _pump(key.data, caps, state)
+            if not key.data.open:
+                selector.unregister(key.fd)
 
 
 def _reaped(child: int) -> Optional[int]:
