@@ -41,7 +41,8 @@ def with_attack(source: str, code: str, where: str, targets: dict) -> str:
 
 @pytest.fixture(scope="module")
 def attack_cache(tmp_path_factory, device_arch):
-    from kevin_agent.evaluate.build import BuildCache, compile_many
+    from kevin_agent.evaluate.build.cache import BuildCache
+    from kevin_agent.evaluate.build.compile import compile_many
 
     root = tmp_path_factory.mktemp("kevin-attack-cache")
     outcomes = compile_many([correct_candidate("add")], BuildCache(root, arch=device_arch))

@@ -16,10 +16,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 from kevin_agent.evaluate.sandbox.attacks import LEGIT
 from kevin_agent.evaluate.sandbox.attacks import SELF_CHECK_ATTACKS as ATTACKS

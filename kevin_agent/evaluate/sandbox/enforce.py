@@ -117,11 +117,7 @@ def confine(policy: SandboxPolicy, mode: Mode = "auto", support: Optional[Sandbo
     except SyscallError as exc:
         _fail(mode, f"{exc.call} failed: {exc.strerror}")
         report.warnings.append(f"{exc.call} failed: {exc.strerror}")
-    problems = []
-    try:
-        report.limits = apply_limits(policy.max_file_bytes)
-    except (OSError, ValueError) as exc:
-        problems.append(f"resource limits failed: {exc}")
+    problems = _limits(report, policy)
     if support.landlock_abi >= 1 and report.no_new_privs:
         try:
             result = landlock.restrict(policy.landlock_rules(), support.landlock_abi, network=policy.network)
@@ -150,6 +146,15 @@ def confine(policy: SandboxPolicy, mode: Mode = "auto", support: Optional[Sandbo
         tempfile.tempdir = None  # recomputed from TMPDIR on next use
     _LAYERS.append(report)
     return report
+
+
+def _limits(report: SandboxReport, policy: SandboxPolicy) -> list[str]:
+    """Resource limits before seccomp (which then refuses to raise them); the problems."""
+    try:
+        report.limits = apply_limits(policy.max_file_bytes)
+    except (OSError, ValueError) as exc:
+        return [f"resource limits failed: {exc}"]
+    return []
 
 
 def _summary(report: SandboxReport, support: SandboxSupport, problems: list[str]) -> str:

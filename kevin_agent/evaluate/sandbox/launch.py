@@ -20,7 +20,8 @@ import os
 import runpy
 import sys
 import traceback
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 from kevin_agent.evaluate.sandbox.enforce import MODES, SandboxUnavailable, confine, set_isolation
 from kevin_agent.evaluate.sandbox.namespaces import Isolation, become_init, unshare_namespaces
@@ -99,7 +100,7 @@ def _child_exit(policy: SandboxPolicy, mode: str, module: Optional[str], rest: l
         code: object = _confined(policy, mode, module, rest)
     except SystemExit as exc:
         code = exc.code
-    except BaseException:  # noqa: BLE001  (the target's own failure, as Python reports it)
+    except BaseException:
         traceback.print_exc()
         code = 1
     try:

@@ -14,9 +14,10 @@ import os
 import shutil
 import site
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Optional
 
 from kevin_agent.evaluate.sandbox import landlock
 
@@ -92,16 +93,16 @@ class SandboxPolicy:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> "SandboxPolicy":
+    def from_dict(cls, raw: dict[str, Any]) -> SandboxPolicy:
         names = {f.name for f in fields(cls)}
-        values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items() if k in names}
+        values: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items() if k in names}
         return cls(**values)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
 
     @classmethod
-    def from_json(cls, text: str) -> "SandboxPolicy":
+    def from_json(cls, text: str) -> SandboxPolicy:
         return cls.from_dict(json.loads(text))
 
 
@@ -301,7 +302,7 @@ def startup_policy(job_dir: str | os.PathLike[str], cache_root: str | os.PathLik
     tools = toolchain_paths(protect)
     read = system_read_paths([*([cache_root] if cache_root else []), *tools, *extra_read])
     executable = [*SYSTEM_EXEC, *cuda_homes(), *python_read_paths(), *tools]
-    policy = _policy(read, [os.fspath(job_dir), *extra_write], gpu=gpu, protect=protect, processes=True,
+    policy = _policy(read, [os.fspath(job_dir), *map(os.fspath, extra_write)], gpu=gpu, protect=protect, processes=True,
                      executable=executable, tmpdir=os.fspath(job_dir),
                      socket_families=DRIVER_SOCKET_FAMILIES if gpu else ())
     return bounded(policy, {**WORKER_BOUNDS, "metadata": True})
@@ -320,6 +321,7 @@ def compile_policy(build_dir: str | os.PathLike[str], extra_read: Sequence[str |
     return bounded(policy, COMPILE_BOUNDS)
 
 
-def record_policy(scratch_dir: str | os.PathLike[str], *, protect: Sequence[str | os.PathLike[str]] = ()) -> SandboxPolicy:
+def record_policy(scratch_dir: str | os.PathLike[str], *,
+                  protect: Sequence[str | os.PathLike[str]] = ()) -> SandboxPolicy:
     """The CPU-only child that runs a candidate's top level to record its load_inline calls."""
     return bounded(worker_policy(scratch_dir, gpu=False, protect=protect), RECORD_BOUNDS)

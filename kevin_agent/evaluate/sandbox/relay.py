@@ -17,8 +17,9 @@ import selectors
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional
 
 from kevin_agent.evaluate.sandbox.limits import LIMIT_PREFIX, megabytes
 
