@@ -91,7 +91,8 @@ def _isolated(policy: SandboxPolicy, mode: str, module: Optional[str], rest: lis
     os.close(err_w)
     caps = Caps(policy.max_output_bytes, policy.max_scratch_bytes, [policy.tmpdir] if policy.tmpdir else [],
                 policy.label)
-    return relay(child, [(out_r, 1), (err_r, 2)], caps)
+    code = relay(child, [(out_r, 1), (err_r, 2)], caps)
+    os._exit(code)  # nothing of the launcher's interpreter is left to clean up: skip its finalisation
 
 
 def _child_exit(policy: SandboxPolicy, mode: str, module: Optional[str], rest: list[str]) -> int:
