@@ -7,7 +7,7 @@ real entry points, so the OS is shown to be what stops it (no static check is in
 - ``worker``: the GPU worker's candidate layer (``worker_policy``) through the launcher, CPU only
   (tests/gpu/test_attacks_gpu.py runs the same bodies in CUDA candidates on the GPU worker).
 
-The attack bodies are ``sandbox.attacks.OS_ATTACKS`` (shared with the GPU tests). The fake home,
+The attack bodies are ``sandbox.attacks.OS_SUITE`` (shared with the GPU tests). The fake home,
 repository and run store live in tmp. A ``contained`` attack may run inside and is judged by
 what is left afterwards (processes still alive, output that reached the parent).
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ import pytest
 
 from kevin_agent.evaluate.sandbox import launch_command, worker_policy
 from kevin_agent.evaluate.sandbox.attacks import (
-    OS_ATTACKS,
+    OS_SUITE,
     Attack,
     attack_result,
     attack_script,
@@ -45,7 +46,10 @@ ENTRIES = ("record", "compile", "worker")
 def world(tmp_path_factory):
     world = make_world(tmp_path_factory.mktemp("attacks-os"))
     listener = _Listener()
-    yield {**world, "listener": listener}
+    victim = subprocess.Popen(["/bin/sleep", "900"], stdin=subprocess.DEVNULL)
+    yield {**world, "listener": listener, "victim": victim.pid}
+    victim.kill()
+    victim.wait()
     listener.close()
 
 
@@ -102,7 +106,7 @@ def run_worker(attack: Attack, targets: dict, confined: bool, world: dict) -> di
 def run(entry: str, name: str, confined: bool, world: dict, tmp_path: Path) -> tuple[dict, dict]:
     scratch = tmp_path / ("confined" if confined else "control")
     scratch.mkdir()
-    targets = os_targets(world, scratch, world["listener"].port)
+    targets = os_targets(world, scratch, world["listener"].port, world["victim"])
     attack = by_name(name)
     before = world["listener"].accepted
     if entry == "record":
@@ -146,7 +150,7 @@ def check_control(name: str, out: dict) -> None:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("name", [a.name for a in OS_ATTACKS])
+@pytest.mark.parametrize("name", [a.name for a in OS_SUITE])
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_os_attack_is_stopped_by_the_sandbox(entry, name, world, tmp_path):
     control, _ = run(entry, name, False, world, tmp_path)
@@ -155,3 +159,4 @@ def test_os_attack_is_stopped_by_the_sandbox(entry, name, world, tmp_path):
     confined, _ = run(entry, name, True, world, tmp_path)
     check_confined(entry, name, confined)
     assert sorted(world["home"].iterdir()) == home_before
+    assert confined["accepted"] == 0 and (name != "tcp_connect" or control["accepted"] == 1)

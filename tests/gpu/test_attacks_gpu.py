@@ -2,11 +2,12 @@
 the launcher's PID namespace and bounds, the start-up layer, then the worker's own candidate
 layer), inside a real CUDA candidate at import and inside ``forward``; each attack also runs in
 an unconfined worker as the control. The attack bodies and the expected refusals are the ones
-tests/test_attacks_os.py runs on the CPU (``sandbox.attacks.OS_ATTACKS``, ``expected_refusal``).
+tests/test_attacks_os.py runs on the CPU (``sandbox.attacks.OS_SUITE``, ``expected_refusal``).
 """
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import pytest
@@ -14,7 +15,7 @@ from gpu_helpers import correct_candidate, log_record, run_job, task_source
 
 from kevin_agent.data import Stage
 from kevin_agent.evaluate.sandbox.attacks import (
-    OS_ATTACKS,
+    OS_SUITE,
     PRELUDE,
     by_name,
     end_lingering,
@@ -53,7 +54,10 @@ def attack_cache(tmp_path_factory, device_arch):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     listener = _Listener()
-    yield {**make_world(tmp_path_factory.mktemp("attacks-gpu")), "listener": listener}
+    victim = subprocess.Popen(["/bin/sleep", "900"], stdin=subprocess.DEVNULL)
+    yield {**make_world(tmp_path_factory.mktemp("attacks-gpu")), "listener": listener, "victim": victim.pid}
+    victim.kill()
+    victim.wait()
     listener.close()
 
 
@@ -71,7 +75,7 @@ def pools(attack_cache):
 
 
 def run_attack(pool, cache, world, name: str, where: str, sandbox: str, tmp_path) -> tuple:
-    targets = os_targets(world, tmp_path, world["listener"].port)
+    targets = os_targets(world, tmp_path, world["listener"].port, world["victim"])
     source = with_attack(correct_candidate("add"), by_name(name).code, where, targets)
     before = world["listener"].accepted
     result = run_job(pool, cache, task_source("add"), source, f"attacks/{sandbox}/{name}/{where}",
@@ -83,7 +87,7 @@ def run_attack(pool, cache, world, name: str, where: str, sandbox: str, tmp_path
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("where", ("import", "forward"))
-@pytest.mark.parametrize("name", [a.name for a in OS_ATTACKS])
+@pytest.mark.parametrize("name", [a.name for a in OS_SUITE])
 def test_os_attack_in_a_cuda_candidate_is_stopped(pools, attack_cache, world, name, where, tmp_path):
     _, boxed = pools
     result, left, accepted = run_attack(boxed, attack_cache, world, name, where, "required", tmp_path)
@@ -101,7 +105,7 @@ def test_os_attack_in_a_cuda_candidate_is_stopped(pools, attack_cache, world, na
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("name", [a.name for a in OS_ATTACKS if a.name != "fork_bomb"])
+@pytest.mark.parametrize("name", [a.name for a in OS_SUITE if a.name != "fork_bomb"])
 def test_os_attack_works_in_an_unconfined_worker(pools, attack_cache, world, name, tmp_path):
     """The control: without the sandbox the same candidate gets through (so the sandbox is
     what stops it above). The fork bomb is left out on the GPU host."""

@@ -174,11 +174,13 @@ OS_ATTACKS: tuple[Attack, ...] = METADATA_ATTACKS + (
 _EACCES, _EPERM, _ESRCH, _EAGAIN, _EFBIG = 13, 1, 3, 11, 27
 _REFUSALS = {"chmod_home": (_EPERM,), "chown_repo": (_EPERM,), "utime_home": (_EPERM,), "xattr_repo": (_EPERM,),
              "write_home": (_EACCES,), "write_store": (_EACCES,), "sparse_file": (_EFBIG,),
-             "signal_parent": (_EPERM, _ESRCH)}  # Landlock's signal scope; from a PID namespace: no such pid
+             "signal_parent": (_EPERM, _ESRCH),  # Landlock's signal scope; from a PID namespace: no such pid
+             "read_home": (_EACCES,), "write_repo": (_EACCES,), "tcp_connect": (_EPERM,),
+             "ptrace": (_EPERM, _ESRCH)}
 
 
 def expected_refusal(attack: Attack, processes: bool) -> tuple[int, ...] | None:
-    """The errno values the sandbox answers an ``OS_ATTACKS`` attack with, in a child that may
+    """The errno values the sandbox answers an ``OS_SUITE`` attack with, in a child that may
     (``processes``: a compile) or may not start processes; None when the attack runs but is
     contained (judged by what is left: processes, output that reached the parent)."""
     if attack.name in _REFUSALS:
@@ -189,6 +191,10 @@ def expected_refusal(attack: Attack, processes: bool) -> tuple[int, ...] | None:
         return (_EAGAIN,)  # the PID namespace's cap
     return None
 
+
+# The suite tests/test_attacks_os.py and tests/gpu/test_attacks_gpu.py run at every entry point.
+OS_SUITE: tuple[Attack, ...] = OS_ATTACKS + tuple(
+    a for a in ATTACKS if a.name in ("read_home", "write_repo", "tcp_connect", "ptrace"))
 
 # What ``python -m kevin_agent.evaluate.sandbox`` and ``kevin doctor`` try (idempotent: the
 # unconfined control may touch the real home file, changing nothing).
@@ -266,14 +272,15 @@ def make_world(root: Path) -> dict[str, Path]:
     return {"root": root, "home": home, "repo": repo}
 
 
-def os_targets(world: dict[str, Path], scratch: Path, port: int) -> dict:
-    """The ``T`` of an OS attack: the world's paths, a listener's port, this process as the parent
-    and victim, ``scratch``, and a fresh ``linger`` marker (a sleep duration nothing else uses)."""
+def os_targets(world: dict[str, Path], scratch: Path, port: int, victim: int) -> dict:
+    """The ``T`` of an OS attack: the world's paths, a listener's port, this process as the parent,
+    ``victim`` (a process to ptrace), ``scratch``, and a fresh ``linger`` marker (a sleep
+    duration nothing else uses)."""
     marker = f"{4000 + next(_MARKERS)}.{os.getpid() % 997}"
     return {"home_file": str(world["home"] / "secret.txt"), "home_dir": str(world["home"]),
             "repo_dir": str(world["repo"]), "repo_file": str(world["repo"] / "task.py"),
             "store_file": str(world["repo"] / ".kevin" / "runs.sqlite"), "port": port,
-            "victim_pid": os.getpid(), "parent_pid": os.getpid(), "scratch": str(scratch), "linger": marker}
+            "victim_pid": victim, "parent_pid": os.getpid(), "scratch": str(scratch), "linger": marker}
 
 
 def lingering(marker: str) -> list[int]:

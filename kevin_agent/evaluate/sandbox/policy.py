@@ -302,7 +302,8 @@ def startup_policy(job_dir: str | os.PathLike[str], cache_root: str | os.PathLik
     tools = toolchain_paths(protect)
     read = system_read_paths([*([cache_root] if cache_root else []), *tools, *extra_read])
     executable = [*SYSTEM_EXEC, *cuda_homes(), *python_read_paths(), *tools]
-    policy = _policy(read, [os.fspath(job_dir), *map(os.fspath, extra_write)], gpu=gpu, protect=protect, processes=True,
+    write = [os.fspath(job_dir), *(os.fspath(p) for p in extra_write)]
+    policy = _policy(read, write, gpu=gpu, protect=protect, processes=True,
                      executable=executable, tmpdir=os.fspath(job_dir),
                      socket_families=DRIVER_SOCKET_FAMILIES if gpu else ())
     return bounded(policy, {**WORKER_BOUNDS, "metadata": True})
