@@ -110,7 +110,7 @@ def verdict_lines(found: Findings) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kevin_agent.evaluate.sandbox.check import check_sandbox, format_table
+    from kevin_agent.evaluate.sandbox.check import check_sandbox, coverage, format_table, isolation_probe
     from kevin_agent.evaluate.sandbox.support import probe
 
     found = Findings()
@@ -125,7 +125,12 @@ def run(args: argparse.Namespace) -> int:
     table, summary = format_table(f"sandbox: {applied}; {host}" if applied != support.summary() else
                                   f"sandbox: {applied} (kernel {support.kernel}, {support.arch})",
                                   results).rsplit("\n", 1)
-    print(f"{table}\nsandbox self-check: {summary}\n")
+    print(table)
+    for area in coverage(support.landlock_abi, support.seccomp):
+        print(f"  {area}")
+    isolation, seconds = isolation_probe()
+    print(f"  processes of a compile or worker: {isolation} (a confined start took {seconds * 1000:.0f} ms)")
+    print(f"sandbox self-check: {summary}\n")
     for text in verdict_lines(found):
         print(text)
     if found.missing:

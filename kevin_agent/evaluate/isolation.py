@@ -33,6 +33,8 @@ from kevin_agent.evaluate.processes import (
     tail_text,
 )
 from kevin_agent.evaluate.protocol import READY_LINE, Baseline, WorkerJob, WorkerReply
+from kevin_agent.evaluate.sandbox.limits import limit_message
+from kevin_agent.evaluate.sandbox.relay import EXIT_LIMIT
 
 DEFAULT_WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "kevin_agent.evaluate.worker")
 _POLL_S = 0.02
@@ -302,6 +304,8 @@ class WorkerPool:
                                 worker.pid, seconds, returncode, True, stderr_tail=stderr_tail,
                                 waited_s=waited_s, task_failure=reply.task_failure)
         reason = crash_reason(returncode, timed_out, limit_s, result_path.exists())
+        if returncode == EXIT_LIMIT and limit_message(stderr_tail):  # a sandbox bound stopped it
+            reason = limit_message(stderr_tail) or reason
         return WorkerResult(crash_verdict(reason, stderr_tail), worker.pid, seconds, returncode, True,
                             stderr_tail=stderr_tail, waited_s=waited_s)
 

@@ -36,6 +36,7 @@ from kevin_agent.evaluate.build.layout import Layout, split_layout, whole_layout
 from kevin_agent.evaluate.build.log import errors_only_in, sandbox_refused, trim_errors
 from kevin_agent.evaluate.build.ninja_file import Confine, append_log, ensure_pch, file_lock, run_ninja, write_ninja
 from kevin_agent.evaluate.build.split import SOURCE_NAME
+from kevin_agent.evaluate.sandbox.limits import limit_message
 from kevin_agent.evaluate.source.calls import ExtensionSpec
 from kevin_agent.evaluate.source.consts import MAX_VALUE
 from kevin_agent.evaluate.source.flags import argument_problems
@@ -231,7 +232,7 @@ class BuildCache:
         target = f"{module}.so"
         write_ninja(work, self.toolchain, layout.steps, target, self.toolchain.ldflags(tuple(extra_ldflags)))
         ran = run_ninja(work, self.ninja_jobs, self.timeout_s, log_path, self._confinement(work))
-        module_path, errors = None, None if ran.ok else trim_errors(ran.output)
+        module_path, errors = None, None if ran.ok else limit_message(ran.output) or trim_errors(ran.output)
         if ran.ok:
             module_path, problem = take_module(work / target, directory / MODULE_FOLDER)
             errors = problem

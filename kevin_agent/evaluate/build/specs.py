@@ -16,6 +16,8 @@ from kevin_agent.evaluate.processes import kill_group, scrubbed_environment
 from kevin_agent.evaluate.protocol import RecordReply
 from kevin_agent.evaluate.source.calls import ExtensionSpec, extract_static
 from kevin_agent.evaluate.source.consts import MAX_SOURCE_BYTES, ConstantTooLarge, NotStatic
+from kevin_agent.evaluate.sandbox.limits import limit_message
+from kevin_agent.evaluate.sandbox.relay import EXIT_LIMIT
 
 
 class SourceExtractionError(Exception):
@@ -63,6 +65,8 @@ def record_in_child(code: str, timeout_s: float = 120.0, sandbox: str = "auto") 
             ) from exc
         finally:
             kill_group(proc)  # nothing the candidate started outlives the recording
+    if proc.returncode == EXIT_LIMIT and limit_message(stderr):  # the sandbox stopped it: say which bound
+        raise SourceExtractionError(f"running the module's top level: {limit_message(stderr)}")
     for reply in RecordReply.from_output(stdout):
         try:
             specs = [ExtensionSpec.from_dict(raw) for raw in reply.specs]

@@ -9,7 +9,12 @@ sandbox), ``scratch``.
 
 from __future__ import annotations
 
+import itertools
+import json
+import os
+import signal
 from dataclasses import dataclass
+from pathlib import Path
 
 PRELUDE = '''
 import ctypes, os, resource, socket, subprocess
@@ -43,15 +48,65 @@ def _landlock_allow_everything_then_read(path):
         _fields_ = [("allowed", ctypes.c_uint64), ("fd", ctypes.c_int32)]
     _libc.prctl(38, 1, 0, 0, 0)
     attr = Attr(4, 0, 0)  # handles READ_FILE only...
-    fd = _check(_libc.syscall(ctypes.c_long(444), ctypes.byref(attr), ctypes.c_long(24), ctypes.c_long(0)), "landlock_create_ruleset")
+    fd = _check(_libc.syscall(ctypes.c_long(444), ctypes.byref(attr), ctypes.c_long(24), ctypes.c_long(0)),
+                "landlock_create_ruleset")
     root = os.open("/", os.O_PATH)
     rule = Rule(4, root)  # ...and grants it everywhere
-    _check(_libc.syscall(ctypes.c_long(445), ctypes.c_long(fd), ctypes.c_long(1), ctypes.byref(rule), ctypes.c_long(0)), "landlock_add_rule")
+    _check(_libc.syscall(ctypes.c_long(445), ctypes.c_long(fd), ctypes.c_long(1), ctypes.byref(rule),
+                         ctypes.c_long(0)), "landlock_add_rule")
     _check(_libc.syscall(ctypes.c_long(446), ctypes.c_long(fd), ctypes.c_long(0)), "landlock_restrict_self")
     return open(path).read()
 
 def _unshare_user():
     _check(_libc.unshare(0x10000000), "unshare(CLONE_NEWUSER)")
+
+def _chmod_same(path):
+    os.chmod(path, os.stat(path).st_mode & 0o7777)
+
+def _chown_same(path):
+    info = os.stat(path)
+    os.chown(path, info.st_uid, info.st_gid)
+
+def _utime_same(path):
+    info = os.stat(path)
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+
+def _xattr_set_remove(path):
+    os.setxattr(path, b"user.kevin_attack", b"1")
+    os.removexattr(path, b"user.kevin_attack")
+
+def _quiet(argv, **kw):
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, close_fds=True, **kw)
+
+def _linger_setsid(marker):
+    _quiet(["/bin/sleep", marker], start_new_session=True)
+
+def _linger_double_fork(marker):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            if os.fork() == 0:
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                os.execv("/bin/sleep", ["sleep", marker])
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+def _many(marker, count):
+    for _ in range(count):
+        _quiet(["/bin/sleep", marker])
+
+def _flood(megabytes):
+    for _ in range(megabytes):
+        os.write(1, b"x" * (1 << 20))
+
+def _sparse(folder, size):
+    with open(os.path.join(folder, "sparse-" + os.urandom(4).hex()), "wb") as handle:
+        handle.truncate(size)
 '''
 
 
@@ -62,6 +117,7 @@ class Attack:
     code: str  # one statement; raises when the attempt fails
     single_threaded: bool = False  # only meaningful in a process without threads (unshare)
     last: bool = False  # changes the process (run after the others)
+    contained: bool = False  # may "succeed" inside: the parent checks what is left afterwards
 
 
 ATTACKS: tuple[Attack, ...] = (
@@ -91,6 +147,59 @@ ATTACKS: tuple[Attack, ...] = (
     Attack("new_userns", "create a user namespace", "_unshare_user()", single_threaded=True, last=True),
 )
 
+# Issue 18: metadata (Landlock does not cover it: seccomp refuses it), processes that outlive the
+# child and process counts (the launcher's PID namespace), output and file sizes (its bounds),
+# the run store, the parent. Targets besides those above: ``store_file`` (a run store),
+# ``linger`` (a unique sleep duration: processes left behind are found by it), ``parent_pid``.
+METADATA_ATTACKS: tuple[Attack, ...] = (
+    Attack("chmod_home", "change the mode of a file in the user's home", "_chmod_same(T['home_file'])"),
+    Attack("chown_repo", "change the owner of the task file", "_chown_same(T['repo_file'])"),
+    Attack("utime_home", "change the times of a file in the user's home", "_utime_same(T['home_file'])"),
+    Attack("xattr_repo", "set an extended attribute on the task file", "_xattr_set_remove(T['repo_file'])"),
+)
+OS_ATTACKS: tuple[Attack, ...] = METADATA_ATTACKS + (
+    Attack("write_home", "write a file into the user's home",
+           "open(os.path.join(T['home_dir'], 'pwned-' + os.urandom(6).hex()), 'w').write('x')"),
+    Attack("write_store", "append to the run store", "open(T['store_file'], 'ab').write(b'x')"),
+    Attack("signal_parent", "signal the process that started it", "os.kill(T['parent_pid'], 0)"),
+    Attack("setsid_linger", "leave a process running in a new session", "_linger_setsid(T['linger'])",
+           contained=True),
+    Attack("double_fork", "leave a daemon behind (double fork)", "_linger_double_fork(T['linger'])",
+           contained=True),
+    Attack("fork_bomb", "start 1100 processes", "_many(T['linger'], 1100)"),
+    Attack("output_flood", "print 40 MB", "_flood(40)", contained=True),
+    Attack("sparse_file", "create an 11 GB sparse file in its working folder", "_sparse(os.getcwd(), 11 << 30)"),
+)
+
+_EACCES, _EPERM, _ESRCH, _EAGAIN, _EFBIG = 13, 1, 3, 11, 27
+_REFUSALS = {"chmod_home": (_EPERM,), "chown_repo": (_EPERM,), "utime_home": (_EPERM,), "xattr_repo": (_EPERM,),
+             "write_home": (_EACCES,), "write_store": (_EACCES,), "sparse_file": (_EFBIG,),
+             "signal_parent": (_EPERM, _ESRCH),  # Landlock's signal scope; from a PID namespace: no such pid
+             "read_home": (_EACCES,), "write_repo": (_EACCES,), "tcp_connect": (_EPERM,),
+             "ptrace": (_EPERM, _ESRCH)}
+
+
+def expected_refusal(attack: Attack, processes: bool) -> tuple[int, ...] | None:
+    """The errno values the sandbox answers an ``OS_SUITE`` attack with, in a child that may
+    (``processes``: a compile) or may not start processes; None when the attack runs but is
+    contained (judged by what is left: processes, output that reached the parent)."""
+    if attack.name in _REFUSALS:
+        return _REFUSALS[attack.name]
+    if attack.name in ("setsid_linger", "double_fork", "fork_bomb") and not processes:
+        return (_EPERM,)
+    if attack.name == "fork_bomb":
+        return (_EAGAIN,)  # the PID namespace's cap
+    return None
+
+
+# The suite tests/test_attacks_os.py and tests/gpu/test_attacks_gpu.py run at every entry point.
+OS_SUITE: tuple[Attack, ...] = OS_ATTACKS + tuple(
+    a for a in ATTACKS if a.name in ("read_home", "write_repo", "tcp_connect", "ptrace"))
+
+# What ``python -m kevin_agent.evaluate.sandbox`` and ``kevin doctor`` try (idempotent: the
+# unconfined control may touch the real home file, changing nothing).
+SELF_CHECK_ATTACKS: tuple[Attack, ...] = ATTACKS + METADATA_ATTACKS
+
 LEGIT: tuple[Attack, ...] = (
     Attack("write_scratch", "write and read back a file in scratch",
            "open(os.path.join(T['scratch'], 'ok.txt'), 'w').write('ok'); "
@@ -104,7 +213,7 @@ LEGIT: tuple[Attack, ...] = (
 
 
 def by_name(name: str) -> Attack:
-    for attack in ATTACKS + LEGIT:
+    for attack in ATTACKS + OS_ATTACKS + LEGIT:
         if attack.name == name:
             return attack
     raise KeyError(name)
@@ -123,3 +232,77 @@ def candidate_source(attack: Attack, targets: dict, where: str, torch: bool = Fa
     if where == "forward":
         return head + f"\nclass ModelNew{base}:\n    def forward(self, *args):\n        {attack.code}\n" + body
     raise ValueError(where)
+
+
+RESULT_MARKER = "KEVIN_ATTACK_RESULT:"
+
+
+def attack_script(attack: Attack, targets: dict) -> str:
+    """A program that tries ``attack`` once and prints ``RESULT_MARKER`` + JSON
+    ``{"ok": bool, "error": str, "errno": int | None}`` (``python FILE`` or ``attack_run FILE``)."""
+    return (PRELUDE + f"\nT = {targets!r}\nimport json as _json, sys as _sys\n"
+            "try:\n    " + attack.code + "\n    _r = {'ok': True, 'error': '', 'errno': None}\n"
+            "except BaseException as _e:\n"
+            "    _r = {'ok': False, 'error': (type(_e).__name__ + ': ' + str(_e))[:300],"
+            " 'errno': getattr(_e, 'errno', None)}\n"
+            f"_sys.stdout.flush()\nprint('\\n' + {RESULT_MARKER!r} + _json.dumps(_r), flush=True)\n")
+
+
+def attack_result(output: str) -> dict | None:
+    """The result line ``attack_script`` printed, or None (the process was stopped first)."""
+    for line in output.splitlines():
+        if line.startswith(RESULT_MARKER):
+            return dict(json.loads(line[len(RESULT_MARKER):]))
+    return None
+
+
+# -- the parent's side of OS_ATTACKS (CPU and GPU tests) ---------------------------------------
+
+_MARKERS = itertools.count(1)
+
+
+def make_world(root: Path) -> dict[str, Path]:
+    """A fake home with a secret, a repository with a task file and a run store, under ``root``."""
+    home, repo = root / "home", root / "repo"
+    (repo / ".kevin").mkdir(parents=True, exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "secret.txt").write_text("api key\n")
+    (repo / "task.py").write_text("class Model: pass\n")
+    (repo / ".kevin" / "runs.sqlite").write_bytes(b"SQLite format 3\x00")
+    return {"root": root, "home": home, "repo": repo}
+
+
+def os_targets(world: dict[str, Path], scratch: Path, port: int, victim: int) -> dict:
+    """The ``T`` of an OS attack: the world's paths, a listener's port, this process as the parent,
+    ``victim`` (a process to ptrace), ``scratch``, and a fresh ``linger`` marker (a sleep
+    duration nothing else uses)."""
+    marker = f"{4000 + next(_MARKERS)}.{os.getpid() % 997}"
+    return {"home_file": str(world["home"] / "secret.txt"), "home_dir": str(world["home"]),
+            "repo_dir": str(world["repo"]), "repo_file": str(world["repo"] / "task.py"),
+            "store_file": str(world["repo"] / ".kevin" / "runs.sqlite"), "port": port,
+            "victim_pid": victim, "parent_pid": os.getpid(), "scratch": str(scratch), "linger": marker}
+
+
+def lingering(marker: str) -> list[int]:
+    """Processes still alive that an attack started (``sleep MARKER``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if marker.encode() in argv and argv[0].endswith(b"sleep"):
+                found.append(int(entry))
+    return found
+
+
+def end_lingering(marker: str) -> int:
+    """Kill (by id) what an unconfined control left behind; how many there were."""
+    pids = lingering(marker)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return len(pids)

@@ -15,12 +15,15 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
-from kevin_agent.evaluate.sandbox.attacks import ATTACKS, LEGIT
+from kevin_agent.evaluate.sandbox.attacks import LEGIT
+from kevin_agent.evaluate.sandbox.attacks import SELF_CHECK_ATTACKS as ATTACKS
 from kevin_agent.evaluate.sandbox.check_child import MARKER
 from kevin_agent.evaluate.sandbox.policy import SandboxPolicy, device_paths, worker_policy
 from kevin_agent.evaluate.sandbox.support import probe
@@ -170,6 +173,47 @@ def compare(confined: dict, control: dict) -> list[CheckResult]:
             outcome, detail = BLOCKED, got["error"]
         results.append(CheckResult(attack.name, attack.what, "blocked", outcome, detail))
     return results
+
+
+def coverage(abi: int, has_seccomp: bool) -> list[str]:
+    """What confinement covers at Landlock ``abi`` with or without seccomp, one line per area
+    (docs/sandbox.md, "Per Landlock ABI")."""
+    rights = ["read", "write", "execute", "create", "remove"] + (["rename across folders"] if abi >= 2 else [])
+    rights += (["truncate"] if abi >= 3 else []) + (["ioctl on devices"] if abi >= 5 else [])
+    lines = [f"files: Landlock ({', '.join(rights)})" if abi >= 1 else "files: NOT confined (no Landlock)"]
+    lines.append("file metadata (chmod, chown, utimes, xattr): " + ("refused by seccomp" if has_seccomp else
+                 "NOT refused (no seccomp; Landlock does not cover it)"))
+    net = ["sockets refused by seccomp"] if has_seccomp else []
+    net += ["TCP bind/connect refused by Landlock"] if abi >= 4 else []
+    lines.append("network: " + ("; ".join(net) if net else "NOT confined"))
+    lines.append("signals, abstract unix sockets: " + ("scoped to the sandbox (Landlock)" if abi >= 6 else
+                 "NOT scoped (Landlock ABI < 6): other processes of this user can be signalled"))
+    lines.append("threads: " + ("every thread at once (Landlock TSYNC)" if abi >= 8 else
+                 "threads started before the first layer keep its rights (Landlock ABI < 8)"))
+    lines.append("not covered: GPU memory and time, timing side channels, stat() of hidden paths "
+                 "(existence, size), world-readable system files")
+    return lines
+
+
+def isolation_probe(timeout_s: float = 60.0) -> tuple[str, float]:
+    """Start ``/bin/true`` the way a compile starts (bounded compile policy, launcher); (what
+    isolation it got, e.g. "pid namespace, at most 1024 processes", and the seconds it took)."""
+    from kevin_agent.evaluate.sandbox.launch import launch_command
+    from kevin_agent.evaluate.sandbox.policy import compile_policy
+
+    with tempfile.TemporaryDirectory(prefix="kevin-sandbox-probe-") as folder:
+        command = launch_command(compile_policy(folder), ["/bin/true"], "auto")
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
+                                  env={**os.environ, "KEVIN_SANDBOX_VERBOSE": "1"}, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return f"the probe did not finish within {timeout_s:.0f} s", timeout_s
+        seconds = time.monotonic() - start
+    for line in proc.stderr.splitlines():
+        if line.startswith("kevin-sandbox: sandbox: ") and "; " in line:
+            return line.split("; ", 1)[1], seconds
+    return f"unknown (the probe exited with {proc.returncode})", seconds
 
 
 def format_table(line: str, results: list[CheckResult]) -> str:

@@ -11,7 +11,8 @@ import json
 import sys
 import traceback
 
-from kevin_agent.evaluate.sandbox.attacks import ATTACKS, LEGIT, PRELUDE
+from kevin_agent.evaluate.sandbox.attacks import LEGIT, PRELUDE
+from kevin_agent.evaluate.sandbox.attacks import SELF_CHECK_ATTACKS as ATTACKS
 from kevin_agent.evaluate.sandbox.enforce import SandboxUnavailable, confine
 from kevin_agent.evaluate.sandbox.policy import SandboxPolicy
 
@@ -21,7 +22,7 @@ MARKER = "KEVIN_SANDBOX_CHECK:"
 def _try(code: str, namespace: dict) -> dict:
     try:
         exec(code, namespace)
-    except BaseException as exc:  # noqa: BLE001  (every failure is a result)
+    except BaseException as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
     return {"ok": True, "error": ""}
 

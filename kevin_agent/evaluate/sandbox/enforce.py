@@ -21,6 +21,7 @@ from typing import Any, Literal, Optional, Union
 
 from kevin_agent.evaluate.sandbox import landlock, seccomp
 from kevin_agent.evaluate.sandbox._sys import SyscallError, thread_count
+from kevin_agent.evaluate.sandbox.limits import apply_limits
 from kevin_agent.evaluate.sandbox.policy import SandboxPolicy
 from kevin_agent.evaluate.sandbox.privileges import drop_capabilities, set_no_new_privs
 from kevin_agent.evaluate.sandbox.support import SandboxSupport, probe
@@ -50,6 +51,8 @@ class SandboxReport:
     skipped: list[str] = field(default_factory=list)
     denied_syscalls: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    limits: list[str] = field(default_factory=list)  # "files up to 1024 MB"
+    isolation: str = ""  # the launcher's PID namespace: "pid namespace, at most 1023 processes"
 
     @property
     def active(self) -> bool:
@@ -65,6 +68,13 @@ class SandboxReport:
 
 _LAYERS: list[SandboxReport] = []
 _FS_ALL_THREADS = False
+_ISOLATION = ""
+
+
+def set_isolation(summary: str) -> None:
+    """What the launcher's namespaces gave this process (copied into every later report)."""
+    global _ISOLATION
+    _ISOLATION = summary
 
 
 def current_report() -> Optional[SandboxReport]:
@@ -93,7 +103,7 @@ def confine(policy: SandboxPolicy, mode: Mode = "auto", support: Optional[Sandbo
         return report
     support = support if support is not None else probe()
     threads = thread_count()
-    report = SandboxReport(mode, "", threads=threads, layer=len(_LAYERS) + 1)
+    report = SandboxReport(mode, "", threads=threads, layer=len(_LAYERS) + 1, isolation=_ISOLATION)
     if not support.available:
         _fail(mode, support.reason)
     if support.landlock_abi < 1 and not support.seccomp:
@@ -107,7 +117,7 @@ def confine(policy: SandboxPolicy, mode: Mode = "auto", support: Optional[Sandbo
     except SyscallError as exc:
         _fail(mode, f"{exc.call} failed: {exc.strerror}")
         report.warnings.append(f"{exc.call} failed: {exc.strerror}")
-    problems = []
+    problems = _limits(report, policy)
     if support.landlock_abi >= 1 and report.no_new_privs:
         try:
             result = landlock.restrict(policy.landlock_rules(), support.landlock_abi, network=policy.network)
@@ -120,7 +130,7 @@ def confine(policy: SandboxPolicy, mode: Mode = "auto", support: Optional[Sandbo
     if support.seccomp and report.no_new_privs:
         try:
             result_sc = seccomp.install(network=policy.network, processes=policy.processes,
-                                        socket_families=policy.socket_families)
+                                        socket_families=policy.socket_families, metadata=policy.metadata)
         except (SyscallError, seccomp.UnsupportedArch) as exc:
             problems.append(f"seccomp failed: {exc}")
         else:
@@ -136,6 +146,15 @@ def confine(policy: SandboxPolicy, mode: Mode = "auto", support: Optional[Sandbo
         tempfile.tempdir = None  # recomputed from TMPDIR on next use
     _LAYERS.append(report)
     return report
+
+
+def _limits(report: SandboxReport, policy: SandboxPolicy) -> list[str]:
+    """Resource limits before seccomp (which then refuses to raise them); the problems."""
+    try:
+        report.limits = apply_limits(policy.max_file_bytes)
+    except (OSError, ValueError) as exc:
+        return [f"resource limits failed: {exc}"]
+    return []
 
 
 def _summary(report: SandboxReport, support: SandboxSupport, problems: list[str]) -> str:

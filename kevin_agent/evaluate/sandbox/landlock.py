@@ -23,8 +23,8 @@ import ctypes
 import errno
 import os
 import stat
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from kevin_agent.evaluate.sandbox._sys import SyscallError, errno_text, syscall
 
@@ -211,7 +211,7 @@ def _add_path_rule(ruleset_fd: int, rule: PathRule, handled: int, result: Landlo
             if exc.errno == errno.EBADFD or exc.errno == errno.EBADF:
                 result.skipped.append(f"{rule.path}: {errno_text(exc.errno)}")
                 return
-            raise SyscallError(f"landlock_add_rule({rule.path})", exc.errno) from exc
+            raise SyscallError(f"landlock_add_rule({rule.path})", exc.errno or 0) from exc
         result.rules.append(f"{rule.path} ({rights_text(access)})")
     finally:
         os.close(fd)

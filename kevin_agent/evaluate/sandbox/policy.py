@@ -14,9 +14,10 @@ import os
 import shutil
 import site
 import sys
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Optional
 
 from kevin_agent.evaluate.sandbox import landlock
 
@@ -67,6 +68,17 @@ class SandboxPolicy:
     processes: bool = False
     tmpdir: Optional[str] = None
     exposed: tuple[str, ...] = ()
+    metadata: bool = False
+    max_file_bytes: int = 0
+    max_processes: int = 0
+    max_output_bytes: int = 0
+    max_scratch_bytes: int = 0
+    label: str = "the process"
+
+    @property
+    def relayed(self) -> bool:
+        """The launcher forks and watches the child (a PID namespace, output or disk bounds)."""
+        return bool(self.max_processes or self.max_output_bytes or self.max_scratch_bytes)
 
     def landlock_rules(self) -> list[landlock.PathRule]:
         rules = [landlock.PathRule(p, landlock.READ) for p in self.read_only]
@@ -81,16 +93,16 @@ class SandboxPolicy:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> "SandboxPolicy":
+    def from_dict(cls, raw: dict[str, Any]) -> SandboxPolicy:
         names = {f.name for f in fields(cls)}
-        values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items() if k in names}
+        values: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items() if k in names}
         return cls(**values)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
 
     @classmethod
-    def from_json(cls, text: str) -> "SandboxPolicy":
+    def from_json(cls, text: str) -> SandboxPolicy:
         return cls.from_dict(json.loads(text))
 
 
@@ -174,6 +186,9 @@ def _package_dir(name: str) -> Optional[str]:
     return os.path.dirname(_real(origin))
 
 
+PACKAGE_TREES = ("site-packages", "dist-packages")
+
+
 def python_read_paths() -> list[str]:
     """The interpreter's prefixes, sys.path entries inside them (or in site-packages), torch's
     and kevin_agent's package directories: never the working directory or a source checkout
@@ -189,8 +204,8 @@ def python_read_paths() -> list[str]:
         real = _real(entry)
         if real == cwd or not os.path.exists(real):
             continue
-        if any(_contains(root, real) for root in roots):
-            entries.append(real)
+        if any(_contains(root, real) for root in roots) or os.path.basename(real) in PACKAGE_TREES:
+            entries.append(real)  # a site-packages a .pth file adds (a shared venv) is a package tree too
     packages = [p for p in (_package_dir("torch"), _package_dir("kevin_agent")) if p]
     return _existing(prefixes + entries + packages)
 
@@ -242,6 +257,22 @@ def _policy(read: Sequence[str], write: Sequence[str], *, gpu: bool, protect: Se
     )
 
 
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+# Bounds of each child (tests/test_attacks_os.py pushes past each). Processes count threads too.
+COMPILE_BOUNDS = {"max_processes": 1024, "max_file_bytes": 2 * GIB, "max_output_bytes": 16 * MIB,
+                  "max_scratch_bytes": 4 * GIB, "label": "your compile"}  # torch's precompiled header: 0.8 GB
+RECORD_BOUNDS = {"max_processes": 512, "max_file_bytes": 64 * MIB, "max_output_bytes": 16 * MIB,
+                 "max_scratch_bytes": 256 * MIB, "label": "your module's top level"}
+WORKER_BOUNDS = {"max_processes": 2048, "max_file_bytes": 1 * GIB, "max_output_bytes": 16 * MIB,
+                 "max_scratch_bytes": 4 * GIB, "label": "your code"}
+
+
+def bounded(policy: SandboxPolicy, bounds: dict[str, Any]) -> SandboxPolicy:
+    """``policy`` with ``bounds`` (a dict of the bound fields) set."""
+    return replace(policy, **bounds)
+
+
 # -- kevin-agent's children --------------------------------------------------------------------
 
 def worker_policy(scratch_dir: str | os.PathLike[str], build_cache_entry_dirs: Sequence[str | os.PathLike[str]] = (),
@@ -254,8 +285,9 @@ def worker_policy(scratch_dir: str | os.PathLike[str], build_cache_entry_dirs: S
     ``devices``: the device nodes to grant, when this process cannot list /dev (a worker under
     its start-up layer: its parent's ``device_paths``); default ``device_paths(gpu)``."""
     read = system_read_paths([*build_cache_entry_dirs, *extra_read])
-    return _policy(read, [os.fspath(scratch_dir)], gpu=gpu, protect=protect, tmpdir=os.fspath(scratch_dir),
-                   devices=devices)
+    policy = _policy(read, [os.fspath(scratch_dir)], gpu=gpu, protect=protect, tmpdir=os.fspath(scratch_dir),
+                     devices=devices)
+    return bounded(policy, WORKER_BOUNDS)
 
 
 def startup_policy(job_dir: str | os.PathLike[str], cache_root: str | os.PathLike[str] | None = None,
@@ -270,9 +302,11 @@ def startup_policy(job_dir: str | os.PathLike[str], cache_root: str | os.PathLik
     tools = toolchain_paths(protect)
     read = system_read_paths([*([cache_root] if cache_root else []), *tools, *extra_read])
     executable = [*SYSTEM_EXEC, *cuda_homes(), *python_read_paths(), *tools]
-    return _policy(read, [os.fspath(job_dir), *extra_write], gpu=gpu, protect=protect, processes=True,
-                   executable=executable, tmpdir=os.fspath(job_dir),
-                   socket_families=DRIVER_SOCKET_FAMILIES if gpu else ())
+    write = [os.fspath(job_dir), *(os.fspath(p) for p in extra_write)]
+    policy = _policy(read, write, gpu=gpu, protect=protect, processes=True,
+                     executable=executable, tmpdir=os.fspath(job_dir),
+                     socket_families=DRIVER_SOCKET_FAMILIES if gpu else ())
+    return bounded(policy, {**WORKER_BOUNDS, "metadata": True})
 
 
 def compile_policy(build_dir: str | os.PathLike[str], extra_read: Sequence[str | os.PathLike[str]] = (),
@@ -283,10 +317,12 @@ def compile_policy(build_dir: str | os.PathLike[str], extra_read: Sequence[str |
     tools = toolchain_paths(protect)
     read = system_read_paths([*tools, *extra_read])
     executable = [*SYSTEM_EXEC, *cuda_homes(), *python_read_paths(), *tools]
-    return _policy(read, [os.fspath(build_dir)], gpu=False, protect=protect, processes=True,
-                   executable=executable, tmpdir=os.fspath(build_dir))
+    policy = _policy(read, [os.fspath(build_dir)], gpu=False, protect=protect, processes=True,
+                     executable=executable, tmpdir=os.fspath(build_dir))
+    return bounded(policy, COMPILE_BOUNDS)
 
 
-def record_policy(scratch_dir: str | os.PathLike[str], *, protect: Sequence[str | os.PathLike[str]] = ()) -> SandboxPolicy:
+def record_policy(scratch_dir: str | os.PathLike[str], *,
+                  protect: Sequence[str | os.PathLike[str]] = ()) -> SandboxPolicy:
     """The CPU-only child that runs a candidate's top level to record its load_inline calls."""
-    return worker_policy(scratch_dir, gpu=False, protect=protect)
+    return bounded(worker_policy(scratch_dir, gpu=False, protect=protect), RECORD_BOUNDS)

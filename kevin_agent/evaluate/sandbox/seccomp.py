@@ -8,7 +8,8 @@ otherwise slip past the numbers below) and kills the process on a mismatch. Then
   (unshare, setns, clone with a CLONE_NEW* flag; clone3 answers ENOSYS so the C library falls back
   to clone, whose flags can be checked), personality, setrlimit and prlimit64 with a new limit,
   device nodes (mknod), and what only root could do (modules, reboot, kexec, swap, clock, hostname,
-  raw I/O ports, chroot, quotas, acct, syslog);
+  raw I/O ports, chroot, quotas, acct, syslog), and every call that changes a file's metadata
+  (mode, owner, times, extended attributes: Landlock does not cover them);
 - with ``network=False``: socket and socketpair (every family, AF_UNIX included);
 - with ``processes=False``: execve, execveat, fork, vfork and clone without CLONE_THREAD (threads
   keep working; no process can be started, so none outlives the worker's process group).
@@ -74,6 +75,10 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "quotactl": 179, "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159,
         "sethostname": 170, "setdomainname": 171, "iopl": 172, "ioperm": 173, "uselib": 134,
         "open_by_handle_at": 304, "lookup_dcookie": 212, "vhangup": 153, "nfsservctl": 180,
+        "chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452, "chown": 92, "fchown": 93,
+        "lchown": 94, "fchownat": 260, "utime": 132, "utimes": 235, "futimesat": 261, "utimensat": 280,
+        "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197, "lremovexattr": 198,
+        "fremovexattr": 199, "setxattrat": 463, "removexattrat": 466,
     },
     "aarch64": {
         "socket": 198, "socketpair": 199, "execve": 221, "execveat": 281, "clone": 220, "clone3": 435,
@@ -88,7 +93,9 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "swapoff": 225, "syslog": 116, "acct": 89, "quotactl": 60, "settimeofday": 170,
         "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171, "sethostname": 161,
         "setdomainname": 162, "open_by_handle_at": 265, "lookup_dcookie": 18, "vhangup": 58,
-        "nfsservctl": 42,
+        "nfsservctl": 42, "fchmod": 52, "fchmodat": 53, "fchmodat2": 452, "fchownat": 54, "fchown": 55,
+        "utimensat": 88, "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14,
+        "lremovexattr": 15, "fremovexattr": 16, "setxattrat": 463, "removexattrat": 466,
     },
 }
 
@@ -101,6 +108,13 @@ ALWAYS_DENIED = (
     "kexec_load", "kexec_file_load", "reboot", "swapon", "swapoff", "syslog", "acct", "quotactl",
     "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "sethostname", "setdomainname",
     "iopl", "ioperm", "uselib", "open_by_handle_at", "lookup_dcookie", "vhangup", "nfsservctl",
+)
+# File metadata: Landlock does not cover it (mode, owner, times, extended attributes of any file
+# the process can name, even one it cannot open). aarch64 has only the *at and f* forms.
+METADATA_DENIED = (
+    "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat", "utime", "utimes",
+    "futimesat", "utimensat", "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr",
+    "fremovexattr", "setxattrat", "removexattrat",
 )
 NETWORK_DENIED = ("socket", "socketpair")
 PROCESS_DENIED = ("execve", "execveat", "fork", "vfork")
@@ -123,11 +137,11 @@ def _ins(code: int, k: int, jt: int = 0, jf: int = 0) -> tuple[int, int, int, in
 
 
 def build_filter(*, network: bool, processes: bool, arch: str | None = None,
-                 socket_families: tuple[int, ...] = ()) -> tuple[bytes, tuple[str, ...]]:
+                 socket_families: tuple[int, ...] = (), metadata: bool = False) -> tuple[bytes, tuple[str, ...]]:
     """The BPF program (packed ``struct sock_filter`` array) and the names it denies.
 
     ``socket_families``: without ``network``, socket() of these address families stays allowed
-    (socketpair never is)."""
+    (socketpair never is). ``metadata``: the chmod, chown, utimes and xattr calls stay allowed."""
     arch = arch or machine()
     if arch not in SYSCALLS:
         raise UnsupportedArch(f"no system call table for {arch} (x86_64 and aarch64 are supported)")
@@ -143,7 +157,8 @@ def build_filter(*, network: bool, processes: bool, arch: str | None = None,
         prog += [_ins(_JGE_K, X32_SYSCALL_BIT, jt=0, jf=1), _ins(_RET_K, RET_KILL_PROCESS)]
     families = tuple(socket_families) if not network else ()
     network_denied = [n for n in NETWORK_DENIED if not (families and n == "socket")]
-    names = list(ALWAYS_DENIED) + ([] if network else network_denied) + ([] if processes else list(PROCESS_DENIED))
+    names = (list(ALWAYS_DENIED) + ([] if metadata else list(METADATA_DENIED)) + ([] if network else network_denied)
+             + ([] if processes else list(PROCESS_DENIED)))
     denied = tuple(n for n in names if n in table)
     for name in denied:
         prog += [_ins(_JEQ_K, table[name], jt=0, jf=1), _ins(_RET_K, eperm)]
@@ -194,9 +209,11 @@ def available() -> tuple[bool, str]:
     return True, ""
 
 
-def install(*, network: bool, processes: bool, socket_families: tuple[int, ...] = ()) -> SeccompResult:
+def install(*, network: bool, processes: bool, socket_families: tuple[int, ...] = (),
+            metadata: bool = False) -> SeccompResult:
     """Install the filter on every thread (TSYNC). no_new_privs must already be set."""
-    program, denied = build_filter(network=network, processes=processes, socket_families=socket_families)
+    program, denied = build_filter(network=network, processes=processes, socket_families=socket_families,
+                                   metadata=metadata)
     buffer = ctypes.create_string_buffer(program, len(program))
     fprog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
     all_threads = True

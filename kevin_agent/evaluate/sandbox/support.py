@@ -65,7 +65,8 @@ class SandboxSupport:
 
 def unavailable(reason: str) -> SandboxSupport:
     """A support record for a host without any confinement (tests inject it; non-Linux hosts)."""
-    return SandboxSupport(0, reason, False, reason, False, machine(), os.uname().release if hasattr(os, "uname") else "")
+    release = os.uname().release if hasattr(os, "uname") else ""
+    return SandboxSupport(0, reason, False, reason, False, machine(), release)
 
 
 def probe() -> SandboxSupport:
@@ -75,6 +76,7 @@ def probe() -> SandboxSupport:
     try:
         abi, reason = landlock.abi_version(), ""
     except SyscallError as exc:
-        abi, reason = 0, _LANDLOCK_REASONS.get(exc.errno, f"landlock_create_ruleset failed: {errno_text(exc.errno)}")
+        code = exc.errno or 0
+        abi, reason = 0, _LANDLOCK_REASONS.get(code, f"landlock_create_ruleset failed: {errno_text(code)}")
     ok, why = seccomp.available()
     return SandboxSupport(abi, reason, ok, why, no_new_privs(), machine(), os.uname().release)

@@ -150,7 +150,7 @@ def load_peaks(path: Path) -> PeakRates | None:
 def save_peaks(path: Path, peaks: PeakRates) -> None:
     """Atomic write (temp file then rename) so concurrent workers never read half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_suffix(f".{os.getpid()}.tmp")
+    temp = path.with_suffix(f".{os.getpid()}-{os.urandom(4).hex()}.tmp")  # every confined worker is pid 1
     temp.write_text(json.dumps(asdict(peaks), indent=2))
     os.replace(temp, path)
 

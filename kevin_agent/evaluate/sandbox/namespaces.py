@@ -1,0 +1,122 @@
+"""A private PID namespace (inside an unprivileged user namespace) for a confined child.
+
+Every process the child starts, ``setsid`` daemons and double forks included, lives in that
+namespace, and the kernel kills them all when its first process (the child) ends. The number of
+processes and threads is capped by the namespace's own ``pid_max`` (Linux 6.14 and later; 301 is
+the smallest value the kernel takes), with RLIMIT_NPROC as the fallback on older kernels (it
+counts per user, and never applies to root). A fresh ``/proc`` is mounted where the host
+allows, so the child sees only its own processes and ``getpid()`` matches ``/proc/self``.
+
+Order (``launch``): ``unshare_namespaces()`` in the single-threaded launcher, ``fork()``, then
+``become_init(max_processes)`` in the child, before the Landlock and seccomp layers (they refuse
+mounts and namespaces afterwards). Standard library and ctypes only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import signal
+from dataclasses import dataclass
+
+from kevin_agent.evaluate.sandbox._sys import SyscallError, errno_text, libc, prctl
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+PR_SET_PDEATHSIG = 1
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
+PID_MAX_MIN = 301  # the kernel refuses a smaller pid_max
+
+
+@dataclass
+class Isolation:
+    """What the namespaces gave: ``pid_namespace``, a process cap (``max_processes``, 0: none),
+    how it is enforced (``"pid_max"`` or ``"rlimit"``), a private ``/proc``, and why not."""
+
+    pid_namespace: bool = False
+    max_processes: int = 0
+    how: str = ""
+    proc_mounted: bool = False
+    problems: tuple[str, ...] = ()
+
+    def summary(self) -> str:
+        """``pid namespace, at most 512 processes`` / ``no pid namespace (reason)``."""
+        if not self.pid_namespace:
+            return "no pid namespace (" + "; ".join(self.problems or ("not asked for",)) + ")"
+        cap = f"at most {self.max_processes} processes" if self.max_processes else "no process limit"
+        return f"pid namespace, {cap}" + ("" if self.proc_mounted else ", host /proc")
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def unshare_namespaces() -> str:
+    """Enter a new user, PID and mount namespace (the PID one takes effect for the next child),
+    mapping this process's uid and gid to themselves. "" on success, else the reason."""
+    uid, gid = os.getuid(), os.getgid()
+    if libc().unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS) != 0:
+        return f"unshare(user, pid, mount) failed: {errno_text(ctypes.get_errno())}"
+    try:
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{uid} {uid} 1")
+        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    except OSError as exc:
+        return f"cannot map the user namespace's ids: {exc.strerror}"
+    return ""
+
+
+def become_init(max_processes: int, parent: int) -> Isolation:
+    """In the first child after ``unshare_namespaces``: die with ``parent``, mount a private
+    /proc, cap the number of processes. Returns what applied (never raises)."""
+    iso = Isolation(pid_namespace=os.getpid() == 1)
+    problems = [] if iso.pid_namespace else ["the child is not the namespace's first process"]
+    try:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except SyscallError as exc:
+        problems.append(f"PR_SET_PDEATHSIG failed: {exc.strerror}")
+    if os.getppid() != 0 and os.getppid() != parent:  # the launcher died before the prctl
+        os._exit(137)
+    iso.proc_mounted, why = _mount_proc()
+    if why:
+        problems.append(why)
+    if max_processes and iso.pid_namespace:
+        iso.max_processes, iso.how, why = _cap_processes(max_processes)
+        if why:
+            problems.append(why)
+    iso.problems = tuple(problems)
+    return iso
+
+
+def _mount_proc() -> tuple[bool, str]:
+    lib = libc()
+    if lib.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return False, f"cannot make mounts private: {errno_text(ctypes.get_errno())}"
+    if lib.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) != 0:
+        return False, f"cannot mount a private /proc: {errno_text(ctypes.get_errno())}"
+    return True, ""
+
+
+def _cap_processes(limit: int) -> tuple[int, str, str]:
+    """(cap, how, problem): the namespace's pid_max (pids 1..pid_max-1), else RLIMIT_NPROC."""
+    pid_max = max(PID_MAX_MIN, limit + 1)
+    try:
+        _write("/proc/sys/kernel/pid_max", str(pid_max))
+        return pid_max - 1, "pid_max", ""
+    except OSError as exc:
+        why = f"pid_max of the namespace cannot be set ({exc.strerror}; Linux 6.14 or later)"
+    if os.getuid() == 0:
+        return 0, "", why + "; RLIMIT_NPROC never applies to root"
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+        new = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_NPROC, (new, new))
+    except (OSError, ValueError) as exc:
+        return 0, "", why + f"; RLIMIT_NPROC failed: {exc}"
+    return new, "rlimit", why + "; RLIMIT_NPROC counts every process of this user"
