@@ -82,7 +82,8 @@ def run_compile(attack: Attack, targets: dict, confined: bool, root: Path) -> di
     cache.sandbox = "required"
     confine = cache._confinement(build) if confined else None
     ran = run_ninja(build, 1, 300.0, build / "build.log", confine)
-    return {"result": attack_result(ran.output), "message": ran.output[-2000:], "output_bytes": len(ran.output)}
+    return {"result": attack_result(ran.output), "message": ran.output[-2000:], "output_bytes": len(ran.output),
+            "completed": ran.ok and not ran.timed_out}
 
 
 def run_worker(attack: Attack, targets: dict, confined: bool, world: dict) -> dict:
@@ -140,6 +141,8 @@ def check_confined(entry: str, name: str, out: dict) -> None:
 
 def check_control(name: str, out: dict) -> None:
     """Without the sandbox the attack works: the OS, not the attack's own failure, stops it."""
+    if name == "output_flood" and out.get("completed"):
+        return  # a build's log keeps only its first 4 MB (the parent's cap): the flood ran to its end
     if name == "output_flood" and out["result"] is None:
         pytest.fail(f"the unconfined flood did not finish: {out['message'][-500:]}")
     assert out["result"] is not None and out["result"]["ok"], out

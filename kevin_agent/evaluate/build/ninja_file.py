@@ -32,6 +32,7 @@ from kevin_agent.evaluate.processes import scrubbed_environment
 
 PCH_HEADER = "kevin_torch_ext.h"
 MAX_OUTPUT = 4_000_000  # characters of a compile's output kept (the rest is counted, not stored)
+TAIL_OUTPUT = 65_536  # ... except its last characters, where a limit that stopped the child is named
 Confine = Callable[[list[str]], list[str]]
 
 
@@ -121,15 +122,21 @@ def run_confined(argv: list[str], cwd: Path, timeout_s: float, confine: Optional
 
 
 def _drain(proc: subprocess.Popen, kept: list[bytes]) -> None:
+    """The first MAX_OUTPUT bytes, then (when more came) a note and the last TAIL_OUTPUT bytes: the
+    end is where the sandbox's launcher says which limit stopped the child."""
     stream = proc.stdout
     assert stream is not None
-    size = 0
+    size, tail = 0, bytearray()
     for chunk in iter(lambda: os.read(stream.fileno(), 65536), b""):
         if size < MAX_OUTPUT:
             kept.append(chunk[: MAX_OUTPUT - size])
-            if size + len(chunk) > MAX_OUTPUT:
-                kept.append(b"\n... (output past 4,000,000 characters dropped)\n")
+        tail += chunk[max(0, MAX_OUTPUT - size):]
+        del tail[:-TAIL_OUTPUT]
         size += len(chunk)
+    if size > MAX_OUTPUT:
+        kept.append(f"\n... (output past {MAX_OUTPUT:,} characters dropped; its last {len(tail):,} follow)\n"
+                    .encode())
+        kept.append(bytes(tail))
 
 
 def run_ninja(directory: Path, jobs: int, timeout_s: float, log_path: Path,
