@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole GPU suite (tests/gpu) and the GPU benches in two parts, one device call each (<= 9 min):
 #
-#   bash scripts/gpu_session.sh 1       # tests: provenance, guards, accept; eval_bench; record_verdicts
+#   bash scripts/gpu_session.sh 1       # tests: provenance, guards, accept, attacks; eval_bench
 #   bash scripts/gpu_session.sh 2       # tests: worker, lease, loop, sandbox; dropin bench
-#   bash scripts/gpu_session.sh 3       # no tests: the speed benches (issue 20) and a kevin bench table (21)
+#   bash scripts/gpu_session.sh 3       # no tests: the speed benches (issue 20), record_verdicts, a kevin
+#                                       # bench table (21)
 #   bash scripts/gpu_session.sh 2 480   # another time budget in seconds (default 530)
 #   GPU_SESSION_TESTS="tests/gpu/test_loop_gpu.py" bash scripts/gpu_session.sh 2   # other test files
 #
@@ -12,15 +13,20 @@
 # builds its ~40 candidates into its own cache; every other module uses conftest.py's session
 # cache (fixture kernels, adversarial candidates, the loop test's turns). Part 2 is the modules of
 # the session cache, so they pay its precompile once; part 1 is the provenance module with the
-# modules that need no cache (guards in-process, accept builds its drop-ins itself) and the
-# benches, which bring their own caches. Expected on the H200 (16 cores), from the runs in
-# bench/results and the device runs of issue 17 (per module: the summary's seconds say it exactly):
-#   part 1: provenance ~4.5 min (precompile ~80 s + 44 jobs), guards ~15 s, accept ~80 s;
-#           eval_bench ~90 s; record_verdicts ~60 s (shares eval_bench's cache: its header is built)
-#           -> ~8.5 min
+# modules that need no cache (guards in-process, accept builds its drop-ins itself), the attack
+# module (its one candidate goes into the provenance module's persistent cache, whose torch header
+# is built by then) and the benches, which bring their own caches. Expected on the H200 (16 cores),
+# from the runs in bench/results and the device runs of issue 17 (per module: the summary's seconds
+# say it exactly):
+#   part 1: provenance ~4.5 min (precompile ~80 s + 44 jobs), guards ~15 s, accept ~80 s, attacks
+#           ~1-1.5 min (one build ~15 s, 9 worker jobs of a spare's start-up each, ~6-8 s);
+#           eval_bench ~90 s, last, cut to the time left -> ~8.5-9 min (record_verdicts moved to
+#           part 3 to make room for the attacks)
 #   part 2: session precompile ~50 s (12 candidates took 47-49 s), worker ~3.5 min (13 jobs; with
 #           guards, 16 tests took 274 s), lease ~40 s, loop ~45 s (44 s measured; 110 s alone
 #           with a cold cache of its own), sandbox ~2.5 min (16 tests); dropin ~30 s -> ~8.5 min
+#   part 3: eval_bench ~3.5 min, record_verdicts ~60 s (shares eval_bench's cache: its header is
+#           built), eval_cli ~1.5 min, kevin bench ~1.5 min -> ~7.5 min
 # The tests run first (the suite is what must pass), then the benches in the time left. Every test
 # has a per-test timeout (tests/gpu/conftest.py), every phase a wall limit cut to the time left, so
 # a hang costs its own limit, never the part; a phase with < 20 s left is skipped and says so. If a
@@ -33,7 +39,7 @@
 #                                 each bench's figures (its own JSON, embedded)
 #   DATE-GPU-gpu-session-N.log    this script's log with every phase's output (pytest's too)
 #   DATE-GPU-gpu-verdicts-N.jsonl every GPU-test verdict and build time (KEVIN_GPU_LOG)
-#   verdicts.json                 part 1: the new examples/verdicts.json (record_verdicts.py)
+#   verdicts.json                 part 3: the new examples/verdicts.json (record_verdicts.py)
 # Copy the .json/.jsonl/.log files into bench/results/ and verdicts.json over examples/verdicts.json,
 # then regenerate the page: python bench/make_results.py. Details: docs/gpu.md.
 #
@@ -45,7 +51,8 @@ cd "$(dirname "$0")/.."
 PART="${1:-}"
 BUDGET="${2:-530}"
 case "$PART" in
-  1) TESTS=(tests/gpu/test_gpu_provenance.py tests/gpu/test_gpu_guards.py tests/gpu/test_accept_gpu.py) ;;
+  1) TESTS=(tests/gpu/test_gpu_provenance.py tests/gpu/test_gpu_guards.py tests/gpu/test_accept_gpu.py
+            tests/gpu/test_attacks_gpu.py) ;;
   2) TESTS=(tests/gpu/test_gpu_worker.py tests/gpu/test_gpu_lease.py tests/gpu/test_loop_gpu.py
             tests/gpu/test_sandbox_gpu.py) ;;
   3) TESTS=() ;;
@@ -90,13 +97,18 @@ if [ ${#TESTS[@]} -gt 0 ]; then
 fi
 if [ "$PART" = 3 ]; then
   # part 3 (optional, after the suite's two parts): what a user feels, then the benchmark table.
-  # eval_bench with its breakdown and a bounded stock baseline (~3.5 min); three `kevin eval`
-  # processes sharing a cache (~1.5 min); `kevin bench` re-judging KernelBench's five examples
-  # under the partial policy (~1.5 min; its result.json and report.html come back).
+  # eval_bench with its breakdown and a bounded stock baseline (~3.5 min); the demo's verdicts
+  # (record_verdicts, ~60 s, on eval_bench's cache); three `kevin eval` processes sharing a cache
+  # (~1.5 min); `kevin bench` re-judging KernelBench's five examples under the partial policy
+  # (~1.5 min; its result.json and report.html come back).
   WORK=/tmp/kevin-session-bench; rm -rf "$WORK"
   phase eval_bench 240 "$OUT/eval_bench.json" -- python3 bench/eval_bench.py --evaluation-only --baseline 2 \
     --baseline-budget 60 --work "$WORK" --out "$OUT/eval_bench.json"
   rm -f "$OUT/eval_bench.json"
+  export KEVIN_BUILD_CACHE="$WORK/cache-eval"  # the torch header eval_bench built (a cold cache else)
+  phase record_verdicts 150 -- python3 examples/record_verdicts.py -o "$OUT/verdicts.json"
+  [ -f "$OUT/verdicts.json" ] && python3 bench/gpu_summary.py file "$SUMMARY" verdicts "verdicts.json"
+  unset KEVIN_BUILD_CACHE
   phase eval_cli 120 "$OUT/eval_cli.json" -- python3 bench/eval_cli_bench.py --out "$OUT/eval_cli.json"
   rm -f "$OUT/eval_cli.json"
   BENCH_REPO=/tmp/kevin-bench-repo; rm -rf "$BENCH_REPO"; mkdir -p "$BENCH_REPO"; git -C "$BENCH_REPO" init -q
@@ -108,9 +120,6 @@ elif [ "$PART" = 1 ]; then
   phase eval_bench 150 "$OUT/eval_bench.json" -- python3 bench/eval_bench.py --evaluation-only --baseline 0 \
     --work "$WORK" --out "$OUT/eval_bench.json"
   rm -f "$OUT/eval_bench.json"  # its figures are in the summary now
-  export KEVIN_BUILD_CACHE="$WORK/cache-eval"  # the torch header eval_bench built (a cold cache else)
-  phase record_verdicts 150 -- python3 examples/record_verdicts.py -o "$OUT/verdicts.json"
-  [ -f "$OUT/verdicts.json" ] && python3 bench/gpu_summary.py file "$SUMMARY" verdicts "verdicts.json"
 else
   phase dropin 90 "$OUT/dropin.json" -- python3 bench/dropin_bench.py --kernels add --out "$OUT/dropin.json"
   rm -f "$OUT/dropin.json"

@@ -7,6 +7,9 @@ real entry points, so the OS is shown to be what stops it (no static check is in
 - ``worker``: the GPU worker's candidate layer (``worker_policy``) through the launcher, CPU only
   (tests/gpu/test_attacks_gpu.py runs the same bodies in CUDA candidates on the GPU worker).
 
+The batch (last section): ``attacks.BATCHED`` in one child, as tests/gpu/test_attacks_gpu.py
+runs them in one GPU worker job, must end every attack as its own run does.
+
 The attack bodies are ``sandbox.attacks.OS_SUITE`` (shared with the GPU tests). The fake home,
 repository and run store live in tmp. A ``contained`` attack may run inside and is judged by
 what is left afterwards (processes still alive, output that reached the parent).
@@ -25,11 +28,18 @@ import pytest
 
 from kevin_agent.evaluate.sandbox import launch_command, worker_policy
 from kevin_agent.evaluate.sandbox.attacks import (
+    BATCH_MARKER,
+    BATCHED,
     OS_SUITE,
     Attack,
     attack_result,
     attack_script,
+    batch_candidate,
+    batch_definitions,
+    batch_results,
+    batch_targets,
     by_name,
+    end_batch_lingering,
     end_lingering,
     expected_refusal,
     make_world,
@@ -86,19 +96,21 @@ def run_compile(attack: Attack, targets: dict, confined: bool, root: Path) -> di
             "completed": ran.ok and not ran.timed_out}
 
 
-def run_worker(attack: Attack, targets: dict, confined: bool, world: dict) -> dict:
-    """The worker's candidate layer (``worker_policy``, CPU only) through the launcher."""
-    import subprocess
-
-    scratch = Path(targets["scratch"])
+def worker_child(code: str, scratch: Path, confined: bool, world: dict) -> subprocess.CompletedProcess:
+    """``code`` run under the worker's candidate layer (``worker_policy``, CPU only) through the launcher."""
     script = scratch / "attack.py"
-    script.write_text(attack_script(attack, targets))
+    script.write_text(code)
     policy = worker_policy(scratch, gpu=False, protect=[world["repo"]])
     argv = launch_command(policy, ["kevin_agent.evaluate.sandbox.attack_run", str(script)],
                           "required" if confined else "off", module=True)
     env = {**os.environ, "HOME": str(world["home"])}
-    proc = subprocess.run(argv, cwd=scratch, env=env, capture_output=True, timeout=300, stdin=subprocess.DEVNULL,
+    return subprocess.run(argv, cwd=scratch, env=env, capture_output=True, timeout=300, stdin=subprocess.DEVNULL,
                           start_new_session=True)
+
+
+def run_worker(attack: Attack, targets: dict, confined: bool, world: dict) -> dict:
+    """The worker's candidate layer running ``attack_script``."""
+    proc = worker_child(attack_script(attack, targets), Path(targets["scratch"]), confined, world)
     text = proc.stdout.decode(errors="replace")
     return {"result": attack_result(text), "message": proc.stderr.decode(errors="replace")[-2000:],
             "output_bytes": len(proc.stdout)}
@@ -163,3 +175,68 @@ def test_os_attack_is_stopped_by_the_sandbox(entry, name, world, tmp_path):
     check_confined(entry, name, confined)
     assert sorted(world["home"].iterdir()) == home_before
     assert confined["accepted"] == 0 and (name != "tcp_connect" or control["accepted"] == 1)
+
+
+# -- many attacks in one child: what tests/gpu/test_attacks_gpu.py runs in one GPU worker job ----
+
+TOY = "class ModelNew:\n    def forward(self, *args):\n        return None\n"
+PLACES = ("import", "forward")
+
+
+@pytest.fixture(scope="module")
+def batched(world, tmp_path_factory) -> dict:
+    """``BATCHED`` in one worker child per (place, confined): the GPU suite's ``batch_candidate``
+    around a CPU ModelNew whose forward the script calls; each attack's result, what each left
+    behind, the connections the listener took, the child's stderr (where the report is)."""
+    runs = {}
+    for where in PLACES:
+        for confined in (True, False):
+            scratch = tmp_path_factory.mktemp(f"batch-{where}-{'confined' if confined else 'control'}")
+            targets = batch_targets(world, scratch, world["listener"].port, world["victim"], BATCHED)
+            before = world["listener"].accepted
+            code = batch_candidate(TOY, BATCHED, targets, where) + "\nModelNew().forward()\n"
+            proc = worker_child(code, scratch, confined, world)
+            time.sleep(0.2)  # a process left behind has had time to start
+            stderr = proc.stderr.decode(errors="replace")
+            runs[where, confined] = {"results": batch_results(stderr), "stderr": stderr,
+                                     "left": end_batch_lingering(targets),
+                                     "accepted": world["listener"].accepted - before}
+    return runs
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name", [a.name for a in BATCHED])
+def test_a_batched_attack_gets_what_it_gets_alone(name, batched, world, tmp_path):
+    """Each attack of a batch, confined and unconfined, at import and in forward, ends as the same
+    attack run alone in its own child (the same ok and errno) and passes the same checks."""
+    alone = {confined: run("worker", name, confined, world, tmp_path)[0]["result"] for confined in (False, True)}
+    for (where, confined), ran in batched.items():
+        assert ran["results"] is not None, f"no report from the {where} batch: {ran['stderr'][-1500:]}"
+        got = ran["results"][name]
+        out = {"result": got, "message": ran["stderr"][-2000:], "lingering": ran["left"][name]}
+        if confined:
+            check_confined("worker", name, out)
+        else:
+            check_control(name, out)
+        assert alone[confined] is not None
+        assert (got["ok"], got["errno"]) == (alone[confined]["ok"], alone[confined]["errno"]), (where, got, alone)
+        if name == "tcp_connect":
+            assert ran["accepted"] == (0 if confined else 1), (where, confined, ran["accepted"])
+
+
+def test_a_batch_report_is_one_short_line(batched):
+    """The report travels in one error line, which the GPU worker cuts at 3000 characters."""
+    for ran in batched.values():
+        lines = [line for line in ran["stderr"].splitlines() if BATCH_MARKER in line]
+        assert len(lines) == 1 and len(lines[0]) < 2500, [len(line) for line in lines]
+        assert sorted(ran["results"]) == sorted(a.name for a in BATCHED)
+
+
+def test_batch_reports_that_are_missing_or_cut_read_as_none():
+    assert batch_results("Traceback ...\nRuntimeError: boom\n") is None
+    assert batch_results("RuntimeError: " + BATCH_MARKER + '{"read_home":{"ok":false,"err') is None
+    assert batch_results("x\nRuntimeError: " + BATCH_MARKER + '{"a":{"ok":true}}\n') == {"a": {"ok": True}}
+    with pytest.raises(ValueError):
+        batch_definitions((Attack("solo", "needs its own thread", "pass", single_threaded=True),), {"solo": {}})
+    with pytest.raises(ValueError):
+        batch_candidate(TOY, (), {}, "init")

@@ -160,3 +160,14 @@ def test_every_gpu_test_is_marked_gpu_and_has_a_bounded_timeout(collected: list[
     unbounded = {row["id"]: row["timeout"] for row in collected
                  if not isinstance(row["timeout"], (int, float)) or not 0 < row["timeout"] <= TIMEOUT_CAP_S}
     assert not unbounded, unbounded
+
+
+def test_every_gpu_test_module_runs_in_a_part_of_the_gpu_session() -> None:
+    """scripts/gpu_session.sh runs the GPU suite in parts: a module listed in none never runs there
+    (tests/gpu/test_attacks_gpu.py was, when it was new)."""
+    script = (TESTS.parent / "scripts" / "gpu_session.sh").read_text()
+    parts = script[script.index('case "$PART" in'):script.index("esac")]
+    listed = set(re.findall(r"tests/gpu/(test_\w+\.py)", parts))
+    modules = {path.name for path in GPU_MODULES if path.name.startswith("test_")}
+    assert modules - listed == set(), f"in no part of scripts/gpu_session.sh: {sorted(modules - listed)}"
+    assert listed - modules == set(), f"listed but missing: {sorted(listed - modules)}"

@@ -51,6 +51,15 @@ def build_arch() -> str:
     return resolve_arch(None)
 
 
+def persistent_cache_root() -> Path:
+    """The build cache kept between pytest runs on one machine (``KEVIN_GPU_TEST_CACHE``, default
+    ``$TMPDIR/kevin-gpu-provenance-cache``): test_gpu_provenance.py's ``prov_cache`` root, which
+    the attack module shares (the torch header is built once for both)."""
+    import tempfile
+
+    return Path(os.environ.get("KEVIN_GPU_TEST_CACHE") or Path(tempfile.gettempdir()) / "kevin-gpu-provenance-cache")
+
+
 def task_source(name: str) -> str:
     path = KERNELS / f"{name}_task.py"
     return (path if path.exists() else ADVERSARIAL / f"{name}_task.py").read_text()

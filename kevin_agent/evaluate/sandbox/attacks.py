@@ -306,3 +306,84 @@ def end_lingering(marker: str) -> int:
         except ProcessLookupError:
             pass
     return len(pids)
+
+
+# -- many attacks in one child (tests/gpu/test_attacks_gpu.py: one GPU worker job, not one each) --
+
+# Attacks that end the child or take the host with them when nothing stops them, so they run
+# alone: the output flood (the parent stops the child at 16 MB: nothing after it would report)
+# and the fork bomb (1100 processes; never run unconfined on a shared host). Every other attack
+# of OS_SUITE ends with a refused call (or, unconfined, with processes the parent counts).
+ALONE = ("fork_bomb", "output_flood")
+BATCHED: tuple[Attack, ...] = tuple(a for a in OS_SUITE if a.name not in ALONE)
+
+BATCH_MARKER = "KEVIN_ATTACK_BATCH:"
+BATCH_ERROR_CHARS = 80  # per attack: the report stays one line well under the worker's 3000-char error cap
+
+_BATCH_RUNNER = '''
+def _kevin_attack_batch():
+    """Each attack in turn, T its own targets; the one-line report of how each went."""
+    global T
+    import json
+    results = {}
+    for name, targets, attempt in _KEVIN_BATCH:
+        T = targets
+        try:
+            attempt()
+            results[name] = {"ok": True, "errno": None, "error": ""}
+        except BaseException as exc:
+            results[name] = {"ok": False, "errno": getattr(exc, "errno", None),
+                             "error": (type(exc).__name__ + ": " + str(exc))[:CHARS]}
+    return MARKER + json.dumps(results, separators=(",", ":"))
+'''
+
+
+def batch_definitions(attacks: tuple[Attack, ...], targets: dict[str, dict]) -> str:
+    """``PRELUDE``, one function per attack (its body) and ``_kevin_attack_batch()``, which tries
+    them in order (those marked ``last`` at the end), ``T`` set to ``targets[name]`` for each, and
+    returns the one-line report ``batch_results`` reads."""
+    ordered = sorted(attacks, key=lambda a: a.last)
+    if any(a.single_threaded for a in ordered):
+        raise ValueError("a single-threaded attack cannot share its process")
+    functions = "".join(f"def _kevin_attack_{i}():\n    {a.code}\n\n" for i, a in enumerate(ordered))
+    table = ",\n    ".join(f"({a.name!r}, {targets[a.name]!r}, _kevin_attack_{i})" for i, a in enumerate(ordered))
+    runner = _BATCH_RUNNER.replace("MARKER", repr(BATCH_MARKER)).replace("CHARS", str(BATCH_ERROR_CHARS))
+    return f"{PRELUDE}\nT = {{}}\n\n{functions}_KEVIN_BATCH = [\n    {table},\n]\n{runner}\n"
+
+
+def batch_candidate(source: str, attacks: tuple[Attack, ...], targets: dict[str, dict], where: str) -> str:
+    """The candidate ``source`` trying every one of ``attacks`` at import (before its first line)
+    or first thing in ``ModelNew.forward``, then raising ``RuntimeError(report)``: the report
+    reaches the parent in the error (a GPU verdict's message, a child's traceback) whether the
+    attacks were refused or not."""
+    head = batch_definitions(attacks, targets)
+    if where == "import":
+        return head + "raise RuntimeError(_kevin_attack_batch())\n\n" + source
+    if where == "forward":
+        return (head + source + "\n\ndef _kevin_attacking_forward(self, *args, **kwargs):\n"
+                "    raise RuntimeError(_kevin_attack_batch())\n\n\nModelNew.forward = _kevin_attacking_forward\n")
+    raise ValueError(where)
+
+
+def batch_results(text: str) -> dict[str, dict] | None:
+    """Each attack's ``{"ok", "errno", "error"}`` from the last report in ``text``; None when there
+    is none (the child was stopped first) or it was cut."""
+    for line in reversed(text.splitlines()):
+        at = line.find(BATCH_MARKER)
+        if at >= 0:
+            try:
+                return dict(json.loads(line[at + len(BATCH_MARKER):]))
+            except ValueError:
+                return None
+    return None
+
+
+def batch_targets(world: dict[str, Path], scratch: Path, port: int, victim: int,
+                  attacks: tuple[Attack, ...]) -> dict[str, dict]:
+    """``os_targets`` for each attack: its own ``linger`` marker, so what each leaves is counted apart."""
+    return {a.name: os_targets(world, scratch, port, victim) for a in attacks}
+
+
+def end_batch_lingering(targets: dict[str, dict]) -> dict[str, int]:
+    """``end_lingering`` for each attack of a batch: how many processes each left behind."""
+    return {name: end_lingering(t["linger"]) for name, t in targets.items()}
