@@ -38,6 +38,7 @@ print(f"first-use {time.perf_counter() - started:.3f}")
 
 def first_import(kernel: str, work: Path) -> dict[str, object]:
     from accept_support import MODULE, fixture_candidate, make_record, make_repo
+
     from kevin_agent.accept import accept, plan_accept
 
     root = work / kernel

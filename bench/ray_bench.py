@@ -29,11 +29,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from ray_cluster import LocalCluster  # noqa: E402
+
 from kevin_agent.data import Task  # noqa: E402
 from kevin_agent.evaluate.api import EvalSettings  # noqa: E402
 from kevin_agent.evaluate.evaluator import CudaEvaluator  # noqa: E402
 from kevin_agent.evaluate.lanes import DeviceInfo  # noqa: E402
-from ray_cluster import LocalCluster  # noqa: E402
 
 KERNELS = ROOT / "tests" / "fixtures" / "kernels"
 TASK = Task(source=(KERNELS / "add_task.py").read_text(), class_name="Model")

@@ -8,9 +8,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from kevin_agent.errors import UserInputError
 

@@ -13,6 +13,7 @@ from kevin_agent.data import REPLAY_GPU_NAME, Candidate, TimingStats, Verdict, V
 from kevin_agent.run_record import RunRecord, RunSummary
 from kevin_agent.verdict_text import is_replayed, measured_label
 
+
 def plural(count: int, word: str) -> str:
     """"1 turn", "4 turns", "1 trajectory", "2 trajectories"."""
     if count == 1:

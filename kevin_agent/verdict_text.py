@@ -38,7 +38,7 @@ def gpu_short(details: VerdictDetails) -> Optional[str]:
     return f"{gpu}, replayed" if gpu else REPLAY_GPU_NAME
 
 
-def replay_note(record: "RunRecord", conclusion: str = "") -> Optional[str]:
+def replay_note(record: RunRecord, conclusion: str = "") -> Optional[str]:
     """One line for a run whose verdicts were replayed, to show under its ``conclusion`` (None when
     they were measured here, or when the conclusion already says they were replayed)."""
     replayed = [v.details for _, v in record.candidates if v is not None and is_replayed(v.details)]

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
+from kevin_agent.lsp.documents import Scan, class_name_near, enclosing
+from kevin_agent.lsp.lenses import OPTIMIZE
 from lsprotocol import types
 
 from kevin_agent.errors import UserInputError
 from kevin_agent.task import ModuleClass, input_stub
-from kevin_agent.lsp.documents import Scan, class_name_near, enclosing
-from kevin_agent.lsp.lenses import OPTIMIZE
 
 
 def rewrite_title(name: str) -> str:

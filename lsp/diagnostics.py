@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
-
-from lsprotocol import types
+from collections.abc import Iterable
+from typing import Optional
 
 from kevin_agent.lsp.documents import Scan, class_line
 from kevin_agent.lsp.runs import RunState
+from lsprotocol import types
 
 SOURCE = "kevin"
 

@@ -12,14 +12,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol
 
+from kevin_agent.lsp.runs import RunState
 from lsprotocol import types
 
 from kevin_agent.events import Event, RunDone, RunFailed, VerdictReady
 from kevin_agent.progress import verdict_line
 from kevin_agent.run_table import better_choice, tie_with
 from kevin_agent.verdict_text import is_replayed, measured_label
-from kevin_agent.lsp.runs import RunState
-
 
 
 class RunDisplay(Protocol):

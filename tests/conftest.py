@@ -6,6 +6,7 @@ import os
 import shutil
 
 import pytest
+from fake_vllm_server import fake_server  # noqa: F401 - a fixture: tests take it by name
 
 # Compiling CUDA without a GPU needs an explicit architecture (torch looks for a device otherwise).
 os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")

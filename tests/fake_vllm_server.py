@@ -26,9 +26,10 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -86,7 +87,7 @@ def _shape_choice(response: dict[str, Any], max_tokens: int | None, stop: list[s
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: "_Server"
+    server: _Server
     protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
@@ -114,7 +115,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._error(401, "Unauthorized", "Unauthorized")
         return False
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         if not self._authorised():
             return
         if self.path.rstrip("/") == "/v1/models":
@@ -126,7 +127,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._error(404, f"Not Found: {self.path}", "NotFoundError")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
         if not self._authorised():
@@ -241,7 +242,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    fake: "FakeServer"
+    fake: FakeServer
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # dropped connections are scripted; keep test output clean

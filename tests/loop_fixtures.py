@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kevin_agent import feedback
-from kevin_agent.data import Message
-from kevin_agent.data import Candidate, Stage, Task, TimingStats, Verdict, VerdictDetails
+from kevin_agent.data import Candidate, Message, Stage, Task, TimingStats, Verdict, VerdictDetails
 from kevin_agent.store import RunStore
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kernels"

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from accept_support import MODULE, committed_paths, fixture_candidate, make_record, make_repo
+
 from kevin_agent import cli
 from kevin_agent.store import RunStore
 

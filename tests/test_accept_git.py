@@ -6,8 +6,8 @@ from pathlib import Path
 
 import git
 import pytest
-
 from accept_support import MODULE, committed_paths, fixture_candidate, make_record, make_repo
+
 from kevin_agent.accept import accept, find_accepted, plan_accept, undo_last
 from kevin_agent.accept.files import write_files
 from kevin_agent.errors import EnvironmentProblem, UserInputError

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import git
 import pytest
-
 from accept_support import MODULE, fixture_candidate, make_record, make_repo
+
 from kevin_agent.accept import accept, plan_accept, undo_last
 from kevin_agent.errors import UserInputError
 from kevin_agent.store import RunStore

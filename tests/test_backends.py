@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fake_vllm_server import fake_server  # noqa: F401 - pytest fixture
 
 from kevin_agent.backends import make_backend
 from kevin_agent.backends.base import Message, SamplingParams

@@ -8,8 +8,14 @@ from __future__ import annotations
 import torch
 
 from kevin_agent.evaluate.worker.correctness import (
-    FP64_RMS_MULTIPLIER, CorrectnessHarness, Fp64Reference, compare_output, constant_problem, judge_fp64,
-    run_correctness, to_float64,
+    FP64_RMS_MULTIPLIER,
+    CorrectnessHarness,
+    Fp64Reference,
+    compare_output,
+    constant_problem,
+    judge_fp64,
+    run_correctness,
+    to_float64,
 )
 
 M, K, N = 256, 4096, 256

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
+from kevin_agent.evaluate.build.chunks import SplitRefused, blank_comments_and_literals, raw_chunks
 from kevin_agent.evaluate.build.layout import cpp_is_declarations_only
 from kevin_agent.evaluate.build.log import errors_only_in, trim_errors
-from kevin_agent.evaluate.build.chunks import SplitRefused, blank_comments_and_literals, raw_chunks
 from kevin_agent.evaluate.build.split import split_cuda_source
 
 KERNEL = """
@@ -79,7 +79,7 @@ def test_multiline_launch_keeps_argument_lines():
     orig_body = src[src.index("torch::Tensor add("):]
     assert host_body.count("\n") == orig_body.count("\n")
     for needle in ("b.data_ptr<float>(), out.data_ptr<float>(), n", "return out;"):
-        assert [i for i, l in enumerate(host_body.splitlines()) if needle in l] == [i for i, l in enumerate(orig_body.splitlines()) if needle in l]
+        assert [i for i, ln in enumerate(host_body.splitlines()) if needle in ln] == [i for i, ln in enumerate(orig_body.splitlines()) if needle in ln]
 
 
 def test_shared_pieces_go_to_both_sides():

@@ -15,6 +15,6 @@ def test_doctor_reports_the_host_and_every_attack_is_blocked():
     assert "sandbox: landlock abi" in out  # this machine and the GPU machine have Landlock
     for attack in ("read a file in the user's home", "open a TCP connection", "spawn a shell",
                    "raise its RLIMIT_NOFILE", "write next to the task file", "list the repository"):
-        line = next(l for l in out.splitlines() if attack in l)
+        line = next(ln for ln in out.splitlines() if attack in ln)
         assert " blocked " in line, line
     assert out.rstrip().endswith("all checks passed")

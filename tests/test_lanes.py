@@ -11,15 +11,12 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
-from kevin_agent.data import Stage, Task
+from kevin_agent.data import Stage, Task, TimingStats
 from kevin_agent.evaluate.api import EvalSettings
 from kevin_agent.evaluate.baselines import BaselineBook, baseline_key, drift
 from kevin_agent.evaluate.lanes import DeviceInfo, LocalLane, run_limit
 from kevin_agent.evaluate.lease import GpuLease
 from kevin_agent.evaluate.protocol import Baseline, WorkerJob
-from kevin_agent.data import TimingStats
 
 ROOT = Path(__file__).resolve().parents[1]
 STANDIN = [sys.executable, str(ROOT / "tests" / "workers" / "standin.py")]

@@ -14,18 +14,17 @@ import time
 from pathlib import Path
 
 import pytest
+from loop_fixtures import TASK_FILE, reply, write_replay, write_script
 
-from fake_vllm_server import fake_server  # noqa: F401  (pytest fixture)
+from kevin_agent.backends import make_backend
 from kevin_agent.cli import main
 from kevin_agent.config import BackendSettings
 from kevin_agent.data import Stage
 from kevin_agent.evaluate.replay import ReplayEvaluator
 from kevin_agent.events import RunFailed, TokensGenerated
-from kevin_agent.backends import make_backend
 from kevin_agent.loop.session import RunSettings, Session
 from kevin_agent.store import RunStore
 from kevin_agent.task import load_task
-from loop_fixtures import TASK_FILE, reply, write_replay, write_script
 
 
 @pytest.fixture()
@@ -165,7 +164,7 @@ def test_failed_backend_exits_nonzero_and_keeps_the_run(repo):
     assert RunStore.for_path(repo).list_runs()[0].status == "failed"
 
 
-def test_openai_backend_against_the_fake_vllm_server(fake_server, tmp_path):  # noqa: F811
+def test_openai_backend_against_the_fake_vllm_server(fake_server, tmp_path):
     server = fake_server([{"text": reply("broken"), "reasoning": "thinking about tiles"},
                           {"text": reply("quick"), "reasoning": "fix the build"}])
     settings = RunSettings(
@@ -228,13 +227,12 @@ def test_ctrl_c_cancels_keeps_finished_work_and_prints_the_resume_command(repo):
 def test_live_display_shows_tokens_queue_and_best():
     import io
 
+    from loop_fixtures import VERDICTS
     from rich.console import Console
 
     from kevin_agent.data import Candidate, Verdict
-    from kevin_agent.events import (CandidateGenerated, QueueChanged, RunStarted, TurnDone,
-                                    TurnStarted)
+    from kevin_agent.events import CandidateGenerated, QueueChanged, RunStarted, TurnDone, TurnStarted
     from kevin_agent.progress import LiveProgress
-    from loop_fixtures import VERDICTS
 
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=True, width=200)

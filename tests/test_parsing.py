@@ -109,7 +109,7 @@ def test_truncated_while_still_reasoning() -> None:
 
 
 def test_cut_in_the_summary_judges_the_complete_block_and_says_it_was_cut() -> None:
-    from kevin_agent.data import Stage, Task, Verdict
+    from kevin_agent.data import Stage, Verdict
     from kevin_agent.prompts import format_attempt
 
     candidate = parse(REASONING + "</think>\n" + ANSWER[:-20], finish="length", tokens=16384)

@@ -18,11 +18,22 @@ from kevin_agent.evaluate.provenance import demangle as D
 from kevin_agent.evaluate.provenance import names as N
 from kevin_agent.evaluate.provenance.attribution import OwnKernels, attribute, kernel_rows
 from kevin_agent.evaluate.provenance.policy import (
-    PARTIAL, STRICT, STRICT_COPY_SHARE, STRICT_FILL_SHARE, ProvenanceResult, judge, kernel_table, profile_feedback,
+    PARTIAL,
+    STRICT,
+    STRICT_COPY_SHARE,
+    STRICT_FILL_SHARE,
+    ProvenanceResult,
+    judge,
+    kernel_table,
+    profile_feedback,
 )
 from kevin_agent.evaluate.provenance.symbols import ExtensionKernels, fatbin_kernels, list_kernels, stub_kernels
 from kevin_agent.evaluate.provenance.trace import (
-    FORWARD_ANNOTATION, KernelActivity, ProfileTrace, activities_from_chrome_trace, launch_count,
+    FORWARD_ANNOTATION,
+    KernelActivity,
+    ProfileTrace,
+    activities_from_chrome_trace,
+    launch_count,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "provenance"

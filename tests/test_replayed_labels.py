@@ -8,15 +8,16 @@ import io
 import json
 from pathlib import Path
 
+from accept_support import MODULE, fixture_candidate, good_verdict, make_record, make_repo
+
 from kevin_agent.accept import accept, find_accepted, plan_accept
 from kevin_agent.data import Candidate, Stage, Task, Verdict, VerdictDetails
-from kevin_agent.events import VerdictReady
 from kevin_agent.evaluate.replay import ReplayEvaluator
+from kevin_agent.events import VerdictReady
 from kevin_agent.progress import print_run_result, verdict_line
 from kevin_agent.report import render_html
 from kevin_agent.run_record import RunRecord
 from kevin_agent.verdict_text import gpu_short, measured_label, render_verdict, replay_note
-from accept_support import MODULE, fixture_candidate, good_verdict, make_record, make_repo
 
 KERNELS = Path(__file__).parent / "fixtures" / "kernels"
 GOOD = (KERNELS / "add_candidate.py").read_text()

@@ -8,11 +8,11 @@ import subprocess
 import sys
 
 import pytest
+from loop_fixtures import stored_run
 from PIL import Image
 
 from kevin_agent.report import figure, report_data, write_report
 from kevin_agent.run_table import conclude
-from loop_fixtures import stored_run
 
 
 def test_report_data_is_best_so_far_per_trajectory_with_reference_lines(tmp_path):

@@ -12,15 +12,15 @@ import threading
 from pathlib import Path
 
 import pytest
+from loop_fixtures import TASK_FILE, write_replay, write_script
 
-from kevin_agent.errors import UserInputError
+from kevin_agent.errors import EnvironmentProblem, UserInputError
 from kevin_agent.evaluate.replay import ReplayEvaluator
 from kevin_agent.events import RunDone, RunStarted, TurnDone, VerdictReady
 from kevin_agent.runs.request import RunRequest
 from kevin_agent.runs.service import RunService
 from kevin_agent.runs.state import RunView
 from kevin_agent.store import RunStore
-from loop_fixtures import TASK_FILE, write_replay, write_script
 
 PLAN = {(0, 0): "slow", (1, 0): "broken", (0, 1): "quick", (1, 1): "wrong"}
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +67,7 @@ def test_cli_use_one_run_then_close_everything(project, tmp_path):
         assert outcome.exit_code == 0 and outcome.record.status == "done"
         assert store.load_run(outcome.record.run_id).best()[0].id == "t0.1"
     assert len(made) == 1 and CountingReplay.closed == 1  # the service closed what it opened
-    with pytest.raises(Exception):
+    with pytest.raises(EnvironmentProblem, match="closed database"):
         store.list_runs()  # the store is closed too
     view = RunView()
     for event in events:

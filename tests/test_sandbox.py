@@ -20,10 +20,19 @@ from pathlib import Path
 import pytest
 
 from kevin_agent.evaluate.sandbox import (
-    SandboxPolicy, SandboxSupport, SandboxUnavailable, compile_policy, confine, explain_denial, launch_command,
-    probe, startup_policy, unavailable, worker_policy,
+    SandboxPolicy,
+    SandboxSupport,
+    SandboxUnavailable,
+    compile_policy,
+    confine,
+    explain_denial,
+    launch_command,
+    probe,
+    seccomp,
+    startup_policy,
+    unavailable,
+    worker_policy,
 )
-from kevin_agent.evaluate.sandbox import seccomp
 from kevin_agent.evaluate.sandbox.attacks import ATTACKS, by_name, candidate_source
 from kevin_agent.evaluate.sandbox.check import _Listener, compare, run_check_child
 
@@ -294,7 +303,7 @@ def test_worker_layers_bind_threads_started_between_them(world, tmp_path):
             "cache_write": str(cache / "inductor"), "scratch": str(job / "work")}
     proc = subprocess.run([sys.executable, "-c", TWO_LAYERS, json.dumps(spec)], cwd=job / "work",
                           env=child_env(world["home"]), capture_output=True, text=True, timeout=240)
-    line = [l for l in proc.stdout.splitlines() if l.startswith("TWO:")]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("TWO:")]
     assert line, proc.stderr[-3000:]
     out = json.loads(line[0][4:])
     assert out["threads"] > 1 and out["all_threads"], out
@@ -466,7 +475,7 @@ def test_launch_runs_a_module_already_confined(world):
             "--targets", json.dumps(world["targets"])]
     proc = subprocess.run(launch_command(policy, argv, "required", module=True), cwd=world["scratch"],
                           env=child_env(world["home"]), capture_output=True, text=True, timeout=100)
-    line = [l for l in proc.stdout.splitlines() if l.startswith("KEVIN_SANDBOX_CHECK:")]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("KEVIN_SANDBOX_CHECK:")]
     assert line, proc.stderr[-2000:]
     results = json.loads(line[0][len("KEVIN_SANDBOX_CHECK:"):])["results"]
     assert not results["read_home"]["ok"] and not results["tcp_connect"]["ok"] and not results["spawn_shell"]["ok"]

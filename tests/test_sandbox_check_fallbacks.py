@@ -28,7 +28,7 @@ def test_the_self_check_runs_with_home_nonexistent():
                           timeout=180, env=env)
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    line = next(l for l in proc.stdout.splitlines() if "read a file in the user's home" in l)
+    line = next(ln for ln in proc.stdout.splitlines() if "read a file in the user's home" in ln)
     assert " blocked " in line, line
 
 

@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from loop_fixtures import TASK_FILE, write_replay, write_script
 
 from kevin_agent import feedback
 from kevin_agent.backends.scripted import ScriptedBackend
@@ -25,7 +26,6 @@ from kevin_agent.events import (
 from kevin_agent.loop.session import RunSettings, Session
 from kevin_agent.store import RunStore
 from kevin_agent.task import load_task
-from loop_fixtures import TASK_FILE, write_replay, write_script
 
 GPU = "NVIDIA H100 (test)"
 

@@ -7,11 +7,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from static_cases import ACCEPTED, REJECTED, TASK, make
 
 from kevin_agent.evaluate.static.checks import (
-    HINT, REJECT, RULES, Violation, check_all, check_candidate, format_violations, hints_for,
+    HINT,
+    REJECT,
+    RULES,
+    Violation,
+    check_all,
+    check_candidate,
+    format_violations,
+    hints_for,
 )
-from static_cases import ACCEPTED, REJECTED, TASK, make
 
 KERNELS = Path(__file__).parent / "fixtures" / "kernels"
 STATIC = Path(__file__).parent / "fixtures" / "static"

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kevin_agent.data import Message
 from kevin_agent.config import BackendSettings
-from kevin_agent.data import Candidate, Stage, Task, TaskOrigin, Verdict
+from kevin_agent.data import Candidate, Message, Stage, Task, TaskOrigin, Verdict
 from kevin_agent.errors import EnvironmentProblem, UserInputError
 from kevin_agent.loop.session import RunSettings
 from kevin_agent.store import RunStore

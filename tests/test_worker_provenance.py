@@ -16,7 +16,7 @@ import torch
 from kevin_agent.data import Stage, Verdict, VerdictDetails
 from kevin_agent.evaluate.api import EvalSettings
 from kevin_agent.evaluate.build.cache import BuildResult, _read_entry, rehome
-from kevin_agent.evaluate.provenance.trace import KernelActivity, ProfileTrace
+from kevin_agent.evaluate.provenance.trace import ProfileTrace
 from kevin_agent.evaluate.worker import guards
 from kevin_agent.evaluate.worker import provenance as W
 from kevin_agent.verdict_text import render_verdict

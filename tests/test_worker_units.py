@@ -14,18 +14,31 @@ import pytest
 import torch
 
 from kevin_agent.data import Stage, TimingStats, Verdict, VerdictDetails
+from kevin_agent.evaluate.protocol import BadJob, WorkerJob, WorkerReply, settings_from_dict
 from kevin_agent.evaluate.worker import guards
-from kevin_agent.evaluate.worker.loader import clean_error_line, describe_exception, load_module_from_file
 from kevin_agent.evaluate.worker.correctness import (
-    CorrectnessHarness, compare_output, constant_problem, run_correctness, tolerance_for, trial_seed,
+    CorrectnessHarness,
+    compare_output,
+    constant_problem,
+    run_correctness,
+    tolerance_for,
+    trial_seed,
 )
+from kevin_agent.evaluate.worker.loader import clean_error_line, describe_exception, load_module_from_file
+from kevin_agent.evaluate.worker.main import write_reply
 from kevin_agent.evaluate.worker.speed_of_light import (
-    PeakRates, count_flops, dominant_dtype, load_peaks, min_bytes, peaks_cache_path, save_peaks, sol_ms,
-    suspicion_reasons, tensor_bytes,
+    PeakRates,
+    count_flops,
+    dominant_dtype,
+    load_peaks,
+    min_bytes,
+    peaks_cache_path,
+    save_peaks,
+    sol_ms,
+    suspicion_reasons,
+    tensor_bytes,
 )
 from kevin_agent.evaluate.worker.timing import escape_reason, flush_buffer_bytes, spread_of_medians, stats_from_samples
-from kevin_agent.evaluate.protocol import BadJob, WorkerJob, WorkerReply, settings_from_dict
-from kevin_agent.evaluate.worker.main import write_reply
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -318,7 +331,7 @@ def test_patch_detection_sees_own_module_functions(monkeypatch):
 
 
 def test_no_false_positive_from_torch_machinery():
-    import torch._dynamo  # noqa: F401  (the worker imports it before capturing)
+    import torch._dynamo  # the worker imports it before capturing
 
     captured = guards.capture_references()
     from torch.utils.flop_counter import FlopCounterMode

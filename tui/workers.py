@@ -8,13 +8,20 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from kevin_agent.tui.messages import (
+    AcceptCommitted,
+    AcceptPlanned,
+    ModulesScanned,
+    RunEventArrived,
+    RunFinished,
+    RunLoaded,
+    RunResumed,
+    RunsListed,
+    UndoDone,
+    UndoProposed,
+)
 from textual import work
 from textual.message_pump import MessagePump
-
-from kevin_agent.tui.messages import (AcceptCommitted, AcceptPlanned, ModulesScanned,
-                                      RunEventArrived, RunFinished, RunLoaded, RunResumed, RunsListed,
-                                      UndoDone,
-                                      UndoProposed)
 
 WORK = dict(thread=True, exclusive=True, exit_on_error=False)
 

@@ -9,10 +9,19 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
-from kevin_agent.backends.base import DEFAULT_CONTEXT_TOKENS, Backend, BackendInfo, Completion, Message, SamplingParams, TokenCallback
+from kevin_agent.backends.base import (
+    DEFAULT_CONTEXT_TOKENS,
+    Backend,
+    BackendInfo,
+    Completion,
+    Message,
+    SamplingParams,
+    TokenCallback,
+)
 from kevin_agent.config import BackendSettings
 
 RETRY_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
@@ -146,7 +155,7 @@ class OpenAIBackend(Backend):
                     return self._request(index, conversation, params, on_tokens)
             except _Cancelled:
                 return Completion(text="", finish_reason="cancelled", error="cancelled")
-            except Exception as err:  # noqa: BLE001 - every failure becomes data
+            except Exception as err:  # every failure becomes data
                 if not _retryable(err) or attempt == attempts - 1:
                     suffix = f" (after {attempt + 1} attempts)" if attempt else ""
                     return Completion(text="", finish_reason="error",

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional
 
 from kevin_agent.data import Task, Verdict
 
@@ -66,13 +67,13 @@ class Evaluator(ABC):
         ``.text()`` for people); none by default."""
         return []
 
-    def check_environment(self) -> None:
+    def check_environment(self) -> None:  # noqa: B027 - an optional hook: a no-op unless overridden
         """Raise EnvironmentProblem when this machine cannot evaluate; nothing to check by default."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook: a no-op unless overridden
         """Release worker processes; nothing to release by default."""
 
-    def __enter__(self) -> "Evaluator":
+    def __enter__(self) -> Evaluator:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from kevin_agent.atomic import write_text_atomically
 from kevin_agent.evaluate.api import EvalSettings

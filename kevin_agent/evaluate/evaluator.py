@@ -14,9 +14,10 @@ import os
 import sys
 import threading
 from collections import deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
 from kevin_agent.data import Stage, Task, Verdict
 from kevin_agent.errors import EnvironmentProblem, UserInputError
@@ -172,11 +173,11 @@ class CudaEvaluator(Evaluator):
                 future.add_done_callback(lambda done, i=index: self._compiled(batch, i, done))
         return batch.wait()
 
-    def _submit_compile(self, code: str) -> "Future[CompileOutcome]":
+    def _submit_compile(self, code: str) -> Future[CompileOutcome]:
         assert self._compiles is not None and self._cache is not None
         return self._compiles.submit(self._compiler or compile_candidate, code, self._cache)
 
-    def _compiled(self, batch: Batch, index: int, done: "Future[CompileOutcome]") -> None:
+    def _compiled(self, batch: Batch, index: int, done: Future[CompileOutcome]) -> None:
         """A compile finished: settle a failure (or a compile-only result), else queue for a lane."""
         try:
             outcome = done.result()

@@ -8,8 +8,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Optional
 
 from kevin_agent import feedback
 from kevin_agent.data import Stage, Verdict, VerdictDetails

@@ -32,8 +32,9 @@ import shlex
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from kevin_agent import feedback
 from kevin_agent.data import Stage, Task, Verdict, VerdictDetails
@@ -160,7 +161,7 @@ def _first_line(err: BaseException) -> str:
 class RemoteCompiler:
     """Compiles one candidate as a Ray task; its entries land in the local cache under their keys."""
 
-    def __init__(self, evaluator: "RayMixin", reference: Optional[str]) -> None:
+    def __init__(self, evaluator: RayMixin, reference: Optional[str]) -> None:
         self.evaluator = evaluator
         self.reference = reference
         self.fingerprints: dict[str, Optional[str]] = {}  # cache key -> toolchain it was built with
@@ -240,7 +241,7 @@ def timed_out_compile(limit_s: float, seconds: float) -> CompileOutcome:
 class RayLane(Lane):
     """One GPU of the cluster: a ``GpuNode`` actor; replaced (wherever Ray finds a GPU) when lost."""
 
-    def __init__(self, number: int, evaluator: "RayMixin") -> None:
+    def __init__(self, number: int, evaluator: RayMixin) -> None:
         self.number = number
         self.evaluator = evaluator
         self.device = DeviceInfo("unknown", f"ray-lane-{number}", number)

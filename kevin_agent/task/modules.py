@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import ast
 import builtins
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable
 
 from kevin_agent.task.names import dotted_name, import_aliases, mutated_roots
 from kevin_agent.task.parse import ParsedFile, TopStatement

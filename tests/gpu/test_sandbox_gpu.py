@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from gpu_helpers import REPO, correct_candidate, log_record, run_job, task_source
@@ -157,7 +156,7 @@ print("OUT:" + json.dumps({{"first": first.applied, "ok1": bool(ok1), "threads":
 """
     proc = subprocess.run([sys.executable, "-c", code], cwd=job / "work", capture_output=True, text=True,
                           timeout=280, env=_env())
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("OUT:")]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("OUT:")]
     assert lines, proc.stderr[-4000:]
     out = json.loads(lines[0][4:])
     log_record({"event": "sandbox-torch-compile", **out})

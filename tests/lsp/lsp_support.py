@@ -9,14 +9,14 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
+from loop_fixtures import write_replay, write_script
 from lsprotocol import types
 from pygls.uris import to_fs_path
 from pytest_lsp import LanguageClient, make_test_lsp_client
-
-from loop_fixtures import write_replay, write_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -116,7 +116,7 @@ def _structure_action(converter: Any) -> None:
     converter.register_structure_hook(Union[types.Command, types.CodeAction], hook)
 
 
-def _apply_edit_on_disk(client: "EditorClient", params: types.ApplyWorkspaceEditParams):
+def _apply_edit_on_disk(client: EditorClient, params: types.ApplyWorkspaceEditParams):
     """What an editor that saves does with the accept edit: create the files, write the text."""
     client.applied_edits.append(params)
     for change in params.edit.document_changes or []:

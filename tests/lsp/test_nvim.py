@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from lsp_support import ROOT, git, write_fixtures
 
 from kevin_agent.store import RunStore
-from lsp_support import ROOT, git, write_fixtures
 
 NVIM = shutil.which("nvim")
 HERE = ROOT / "tests" / "lsp" / "nvim"

@@ -6,16 +6,16 @@ from __future__ import annotations
 import json
 
 import git
-from textual.widgets import DataTable, Static
-
-from kevin_agent.evaluate.replay import ReplayEvaluator
-from kevin_agent.runs.locks import RunLock
-from kevin_agent.store import RunStore
 from kevin_agent.tui.screens.confirm import ConfirmScreen
 from kevin_agent.tui.screens.diff import DiffScreen
 from kevin_agent.tui.screens.run import RunScreen
 from loop_fixtures import write_replay
+from textual.widgets import DataTable, Static
 from tui_support import RUN_ID, make_app, notifications, open_past_runs, start_run, wait_for
+
+from kevin_agent.evaluate.replay import ReplayEvaluator
+from kevin_agent.runs.locks import RunLock
+from kevin_agent.store import RunStore
 
 
 def browser_rows(app) -> list[list[str]]:

@@ -18,7 +18,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from standin import write_baseline, write_result  # noqa: E402
+from standin import write_baseline, write_result
 
 
 def exit_when_orphaned() -> None:

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Optional
 
+from kevin_agent.tui.discovery import ModuleEntry
+from kevin_agent.tui.formatting import fill_table
+from kevin_agent.tui.messages import ModulesScanned
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from kevin_agent.tui.discovery import ModuleEntry
 from kevin_agent.run_table import speedup_text
-from kevin_agent.tui.formatting import fill_table
-from kevin_agent.tui.messages import ModulesScanned
 
 COLUMNS = ("file", "class", "line", "inputs", "accepted")
 

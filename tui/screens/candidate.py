@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from kevin_agent.tui.formatting import cuda_sources, verdict_label
 from rich.syntax import Syntax
 from rich.text import Text
 from textual.app import ComposeResult
@@ -13,7 +14,6 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from kevin_agent.data import Candidate, Verdict
-from kevin_agent.tui.formatting import cuda_sources, verdict_label
 from kevin_agent.verdict_text import render_verdict
 
 THEME = "ansi_dark"  # follows the terminal's palette; deterministic in screenshots

@@ -18,16 +18,17 @@ import sys
 import tempfile
 import time
 import types
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
+from kevin_agent.evaluate.build.chunks import SplitRefused
 from kevin_agent.evaluate.build.flags import Toolchain, toolchain
 from kevin_agent.evaluate.build.layout import Layout, split_layout, whole_layout
 from kevin_agent.evaluate.build.log import errors_only_in, trim_errors
-from kevin_agent.evaluate.build.chunks import SplitRefused
-from kevin_agent.evaluate.build.split import SOURCE_NAME
 from kevin_agent.evaluate.build.ninja_file import ensure_pch, file_lock, run_ninja, write_ninja
+from kevin_agent.evaluate.build.split import SOURCE_NAME
 from kevin_agent.evaluate.source.calls import ExtensionSpec
 
 __all__ = ["ExtensionSpec", "BuildResult", "BuildCache", "default_cache_root", "import_extension"]
@@ -107,13 +108,13 @@ class BuildCache:
         payload["split"] = self.split
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
-    def _confinement(self, build_dir: Path) -> "Callable[[list[str]], list[str]] | None":
+    def _confinement(self, build_dir: Path) -> Callable[[list[str]], list[str]] | None:
         """Compilers read model-written sources: they may write only ``build_dir`` and read the
         toolchain, torch's headers and the shared precompiled header (``sandbox.compile_policy``)."""
         if self.sandbox == "off":
             return None
-        from kevin_agent.paths import protected_paths
         from kevin_agent.evaluate.sandbox import compile_policy, launch_command
+        from kevin_agent.paths import protected_paths
 
         policy = compile_policy(build_dir, extra_read=[self.root / "pch"], protect=protected_paths())
         return lambda argv: launch_command(policy, argv, self.sandbox)
@@ -228,8 +229,8 @@ class BuildCache:
 
 def _nvcc_only(log_path: Path) -> bool:
     text = log_path.read_text(errors="replace")
-    failed = [l for l in text.splitlines() if l.startswith("FAILED: ")]
-    return bool(failed) and all(l.strip().endswith("kernels.o") for l in failed)
+    failed = [ln for ln in text.splitlines() if ln.startswith("FAILED: ")]
+    return bool(failed) and all(ln.strip().endswith("kernels.o") for ln in failed)
 
 
 def kernel_listing(module_path: str) -> dict[str, Any]:
@@ -261,7 +262,7 @@ def import_extension(module_path: str) -> types.ModuleType:
     name = Path(module_path).stem
     if name in sys.modules:
         return sys.modules[name]
-    import torch  # noqa: F401  (the extension links against torch's libraries)
+    import torch  # noqa: F401 - the extension links against torch's libraries
 
     spec = importlib.util.spec_from_file_location(name, module_path)
     if spec is None or spec.loader is None:

@@ -7,10 +7,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from kevin_agent.evaluate.build.flags import Toolchain
 from kevin_agent.evaluate.build.chunks import SplitRefused, raw_chunks
-from kevin_agent.evaluate.build.split import SOURCE_NAME, split_cuda_source
+from kevin_agent.evaluate.build.flags import Toolchain
 from kevin_agent.evaluate.build.ninja_file import Step
+from kevin_agent.evaluate.build.split import SOURCE_NAME, split_cuda_source
 from kevin_agent.evaluate.source.calls import ExtensionSpec
 
 CPP_NAME = "cpp_sources"

@@ -47,7 +47,7 @@ def trim_errors(log: str, max_errors: int = MAX_ERRORS, max_chars: int = MAX_CHA
         else:
             i += 1
     if not blocks:
-        tail = [l for l in lines if l.strip() and not _NOISE.match(l)][-8:]
+        tail = [ln for ln in lines if ln.strip() and not _NOISE.match(ln)][-8:]
         blocks = [_shorten_path("\n".join(tail)) or "the build failed without a compiler message"]
     out = "\n".join(blocks)
     return out if len(out) <= max_chars else out[: max_chars - 15].rstrip() + "\n... (trimmed)"

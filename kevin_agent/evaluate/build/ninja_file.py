@@ -12,10 +12,11 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Optional
 
 from kevin_agent.evaluate.build.flags import Toolchain, ninja_binary
 

@@ -12,10 +12,11 @@ import subprocess
 import sys
 import tempfile
 
-from kevin_agent.evaluate.source.calls import ExtensionSpec, extract_static
-from kevin_agent.evaluate.source.consts import NotStatic
 from kevin_agent.evaluate.processes import kill_group, scrubbed_environment
 from kevin_agent.evaluate.protocol import RecordReply
+from kevin_agent.evaluate.source.calls import ExtensionSpec, extract_static
+from kevin_agent.evaluate.source.consts import NotStatic
+
 
 class SourceExtractionError(Exception):
     """The candidate's load_inline arguments could not be found (message is for the model)."""

@@ -14,12 +14,28 @@ import re
 from dataclasses import dataclass
 
 from kevin_agent.evaluate.build.chunks import (
-    DEVICE_BODY, DEVICE_HEADER, DEVICE_MARK, IDENT, ODR_SAFE, TORCH_HEADER, TORCH_USE, TYPE_HEAD,
-    Chunk, SplitRefused, raw_chunks,
+    DEVICE_BODY,
+    DEVICE_HEADER,
+    DEVICE_MARK,
+    IDENT,
+    ODR_SAFE,
+    TORCH_HEADER,
+    TORCH_USE,
+    TYPE_HEAD,
+    Chunk,
+    SplitRefused,
+    raw_chunks,
 )
 from kevin_agent.evaluate.build.launch import (
-    KernelSignature, Launch, concrete_template_args, find_launches, kernel_signature,
-    launcher_declaration, launcher_definition, launcher_instantiation, rewrite_launch,
+    KernelSignature,
+    Launch,
+    concrete_template_args,
+    find_launches,
+    kernel_signature,
+    launcher_declaration,
+    launcher_definition,
+    launcher_instantiation,
+    rewrite_launch,
 )
 
 SOURCE_NAME = "cuda_sources"  # file name compiler messages show for the candidate's CUDA lines

@@ -15,7 +15,7 @@ import functools
 import shutil
 import subprocess
 import threading
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 _lock = threading.Lock()
 

@@ -24,8 +24,9 @@ copies are a real part of the work.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from kevin_agent.evaluate.provenance import names as N
 from kevin_agent.evaluate.provenance.attribution import KernelRow, OwnKernels, kernel_rows

@@ -16,9 +16,10 @@ call to the CPU ops and annotations that enclose it on its thread (``aten::mm``,
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 TRACE_FORMAT = "kevin-provenance-trace/1"
 FORWARD_ANNOTATION = "kevin::forward"

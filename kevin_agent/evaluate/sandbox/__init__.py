@@ -19,10 +19,21 @@ docs/sandbox.md holds the threat model.
 """
 
 from kevin_agent.evaluate.sandbox.enforce import (
-    MODES, Mode, SandboxReport, SandboxUnavailable, confine, current_report, explain_denial,
+    MODES,
+    Mode,
+    SandboxReport,
+    SandboxUnavailable,
+    confine,
+    current_report,
+    explain_denial,
 )
 from kevin_agent.evaluate.sandbox.policy import (
-    SandboxPolicy, compile_policy, record_policy, startup_policy, system_read_paths, worker_policy,
+    SandboxPolicy,
+    compile_policy,
+    record_policy,
+    startup_policy,
+    system_read_paths,
+    worker_policy,
 )
 from kevin_agent.evaluate.sandbox.support import SandboxSupport, probe, unavailable
 

@@ -15,10 +15,11 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 from kevin_agent.evaluate.sandbox.attacks import ATTACKS, LEGIT
 from kevin_agent.evaluate.sandbox.check_child import MARKER

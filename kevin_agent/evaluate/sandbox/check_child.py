@@ -21,7 +21,7 @@ MARKER = "KEVIN_SANDBOX_CHECK:"
 def _try(code: str, namespace: dict) -> dict:
     try:
         exec(code, namespace)
-    except BaseException as exc:  # noqa: BLE001  (every failure is a result)
+    except BaseException as exc:  # every failure is a result
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
     return {"ok": True, "error": ""}
 

@@ -23,8 +23,8 @@ import ctypes
 import errno
 import os
 import stat
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from kevin_agent.evaluate.sandbox._sys import SyscallError, errno_text, syscall
 

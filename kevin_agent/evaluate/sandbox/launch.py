@@ -14,7 +14,8 @@ import argparse
 import os
 import runpy
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 from kevin_agent.evaluate.sandbox.enforce import MODES, SandboxUnavailable, confine
 from kevin_agent.evaluate.sandbox.policy import SandboxPolicy

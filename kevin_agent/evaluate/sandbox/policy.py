@@ -14,9 +14,10 @@ import os
 import shutil
 import site
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Optional
 
 from kevin_agent.evaluate.sandbox import landlock
 
@@ -81,7 +82,7 @@ class SandboxPolicy:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> "SandboxPolicy":
+    def from_dict(cls, raw: dict[str, Any]) -> SandboxPolicy:
         names = {f.name for f in fields(cls)}
         values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items() if k in names}
         return cls(**values)
@@ -90,7 +91,7 @@ class SandboxPolicy:
         return json.dumps(self.to_dict())
 
     @classmethod
-    def from_json(cls, text: str) -> "SandboxPolicy":
+    def from_json(cls, text: str) -> SandboxPolicy:
         return cls.from_dict(json.loads(text))
 
 

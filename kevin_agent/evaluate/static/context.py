@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Optional
 
 from kevin_agent.evaluate.source.calls import bind_arguments, is_load_inline_call
-from kevin_agent.evaluate.source.consts import NotStatic
 from kevin_agent.evaluate.source.clex import shadow
+from kevin_agent.evaluate.source.consts import NotStatic
 
 LOAD_INLINE = "torch.utils.cpp_extension.load_inline"
 INPUT_FUNCTIONS = frozenset({"get_inputs", "get_init_inputs"})

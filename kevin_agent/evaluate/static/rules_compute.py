@@ -7,7 +7,8 @@ get_init_inputs and a main guard."""
 from __future__ import annotations
 
 import ast
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from typing import Optional
 
 from kevin_agent.evaluate.static import tables as T
 from kevin_agent.evaluate.static.context import CandidateContext

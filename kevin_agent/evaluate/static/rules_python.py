@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 from kevin_agent.evaluate.static import tables as T
 from kevin_agent.evaluate.static.context import CandidateContext

@@ -21,8 +21,9 @@ run happens on the first trial (to report eager's own error) and on any trial wh
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from kevin_agent.evaluate.worker.guards import changed_inputs, snapshot
 

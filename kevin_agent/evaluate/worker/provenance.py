@@ -18,9 +18,10 @@ Runs inside the isolated worker process only (it executes model-written code).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Optional
 
 from kevin_agent import feedback
 from kevin_agent.data import Stage, Verdict

@@ -16,15 +16,22 @@ from typing import Any
 from kevin_agent import feedback
 from kevin_agent.data import Stage, Verdict
 from kevin_agent.evaluate.protocol import Baseline, WorkerJob, WorkerReply
+from kevin_agent.evaluate.provenance.policy import profile_feedback
 from kevin_agent.evaluate.worker.baseline import measure_baseline
 from kevin_agent.evaluate.worker.context import Context, TaskProblem, environment_details, load_reference
-from kevin_agent.evaluate.provenance.policy import profile_feedback
 from kevin_agent.evaluate.worker.correctness import CorrectnessHarness, Fp64Reference, run_correctness, to_device
 from kevin_agent.evaluate.worker.guards import CapturedReferences, snapshot
 from kevin_agent.evaluate.worker.loader import describe_exception, install_build_hook, load_module_from_file
 from kevin_agent.evaluate.worker.provenance import ProvenanceInputs, check_provenance
 from kevin_agent.evaluate.worker.speed_of_light import PeakRates, load_or_measure_peaks, sol_ms, suspicion_reasons
-from kevin_agent.evaluate.worker.timing import Clock, Timer, escape_reason, escape_trials, make_flush, stats_from_samples
+from kevin_agent.evaluate.worker.timing import (
+    Clock,
+    Timer,
+    escape_reason,
+    escape_trials,
+    make_flush,
+    stats_from_samples,
+)
 
 __all__ = ["TaskProblem", "evaluate_job"]
 
