@@ -99,7 +99,7 @@ def measure_one(ident: str, task_src: str, cand_src: str, policy: str, cache_dir
     build = compile_candidate(cand_src, BuildCache(cache_dir))
     if not build.ok:
         return row | {"error": "build failed: " + build.message[:500]}
-    paths = [r.module_path for r in build.results]
+    paths = [r.module_path for r in build.results if r.module_path]  # all of them: the build is ok
     row["list_kernels_s"], _ = timed(lambda: [list_kernels(p) for p in paths], repeat=3)
     loaded: list[Any] = []
     install_build_hook(cache_dir, None, loaded)

@@ -80,7 +80,9 @@ class Timings:
             self.compiles.append(time.monotonic() - started)
             return outcome
 
-        RayLane.run, RemoteCompiler.__call__ = timed_run, timed_call  # type: ignore[method-assign]
+        # instrumentation: the bench times every lane run and remote compile through these wrappers
+        RayLane.run = timed_run  # type: ignore[method-assign, assignment]  # looser signature, same call
+        RemoteCompiler.__call__ = timed_call  # type: ignore[method-assign, assignment]  # as above
 
 
 def ray_round(lanes: int, args: argparse.Namespace, timings: Timings) -> dict[str, Any]:

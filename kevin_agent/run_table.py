@@ -100,9 +100,9 @@ def compare_times(kernel: Optional[TimingStats], baseline: Optional[TimingStats]
 def better_choice(details: VerdictDetails) -> str:
     """"kernel" when it beats the faster of eager and torch.compile beyond the timing noise;
     "tie" when it is level with it; else "torch.compile" or "eager", whichever is faster."""
-    baselines = [("eager", details.eager)] + ([("torch.compile", details.compiled)] if details.compiled else [])
     if details.kernel is None or details.eager is None:  # stored without timings: speedups only
         return _better_by_speedups(details.speedup_vs_eager, details.speedup_vs_compile)
+    baselines = [("eager", details.eager)] + ([("torch.compile", details.compiled)] if details.compiled else [])
     name, fastest = min(baselines, key=lambda item: item[1].median_ms)
     verdict = compare_times(details.kernel, fastest)
     return {"faster": "kernel", "tie": "tie"}.get(verdict, name)

@@ -12,13 +12,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kevin_agent.lsp.documents import uri_path
-from kevin_agent.lsp.runs import RunState
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pygls.uris import from_fs_path
 
 from kevin_agent.errors import KevinError, UserInputError
+from kevin_agent.lsp.documents import uri_path
+from kevin_agent.lsp.runs import RunState
 from kevin_agent.task import task_from_source
 
 if TYPE_CHECKING:

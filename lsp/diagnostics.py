@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Optional
 
+from lsprotocol import types
+
 from kevin_agent.lsp.documents import Scan, class_line
 from kevin_agent.lsp.runs import RunState
-from lsprotocol import types
 
 SOURCE = "kevin"
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from lsprotocol import types
+
 from kevin_agent.lsp import commands
 from kevin_agent.lsp.actions import busy_reason, code_actions, only_kinds
 from kevin_agent.lsp.documents import repo_root, uri_path
 from kevin_agent.lsp.lenses import code_lenses
-from lsprotocol import types
 
 log = logging.getLogger(__name__)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Optional
 
-from kevin_agent.lsp.runs import RunState
 from lsprotocol import types
 
 from kevin_agent.accept import AcceptedKernel
+from kevin_agent.lsp.runs import RunState
 from kevin_agent.task import ModuleClass
 
 OPTIMIZE, CANCEL, ACCEPT, SHOW_DIFF, DISCARD, OPEN_KERNEL = (

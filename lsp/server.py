@@ -13,17 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from kevin_agent.lsp import commands
-from kevin_agent.lsp import settings as lsp_settings
-from kevin_agent.lsp.documents import ClassIndex, repo_root, uri_path
-from kevin_agent.lsp.reporting import ACCEPT_ACTION, DIFF_ACTION, DISCARD_ACTION, Reporter, result_message
-from kevin_agent.lsp.runs import RunManager, RunState
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.uris import from_fs_path
 
+from kevin_agent.lsp import commands
+from kevin_agent.lsp import settings as lsp_settings
+from kevin_agent.lsp.documents import ClassIndex, repo_root, uri_path
+from kevin_agent.lsp.reporting import ACCEPT_ACTION, DIFF_ACTION, DISCARD_ACTION, Reporter, result_message
+from kevin_agent.lsp.runs import RunManager, RunState
 from kevin_agent.runs.service import PreparedRun, RunService
 from kevin_agent.store import RunStore
 

@@ -56,11 +56,10 @@ def test_a_tie_is_called_a_tie_in_the_conclusion_and_the_commit(tmp_path):
 
 
 def test_the_editor_question_says_tie():
-    from kevin_agent.lsp.reporting import result_message
-    from kevin_agent.lsp.runs import RunState
-
     from kevin_agent.data import Task
     from kevin_agent.events import RunDone, VerdictReady
+    from kevin_agent.lsp.reporting import result_message
+    from kevin_agent.lsp.runs import RunState
 
     state = RunState("file:///m.py", "Block", Task("class Model: pass", "Model"), 1, 1, status="done")
     best = (Candidate(0, 0, id="t0.0"), tied_verdict())
@@ -71,9 +70,10 @@ def test_the_editor_question_says_tie():
 
 @pytest.mark.timeout(60)
 async def test_the_terminal_ui_says_tie(tmp_path):
+    from textual.widgets import Static
+
     from kevin_agent.tui.app import create_app
     from kevin_agent.tui.screens.run import RunScreen
-    from textual.widgets import Static
 
     record = make_record(tmp_path / "m.py", "code", tied_verdict())
     app = create_app(tmp_path, env={})

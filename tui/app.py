@@ -7,10 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from kevin_agent.tui.commands import KevinCommands
-from kevin_agent.tui.messages import AcceptCommitted, AcceptPlanned, RunLoaded, UndoDone, UndoProposed
-from kevin_agent.tui.run_setup import SetupValues, default_values
-from kevin_agent.tui.workers import WorkersMixin
 from textual.app import App
 from textual.binding import Binding
 from textual.worker import Worker, WorkerState
@@ -18,6 +14,10 @@ from textual.worker import Worker, WorkerState
 from kevin_agent.errors import KevinError
 from kevin_agent.runs.service import RunService
 from kevin_agent.store import RunStore, find_repo_root
+from kevin_agent.tui.commands import KevinCommands
+from kevin_agent.tui.messages import AcceptCommitted, AcceptPlanned, RunLoaded, UndoDone, UndoProposed
+from kevin_agent.tui.run_setup import SetupValues, default_values
+from kevin_agent.tui.workers import WorkersMixin
 
 
 @dataclass
@@ -173,9 +173,8 @@ class KevinApp(WorkersMixin, App):
     def resume_run(self, run_id: str) -> None:
         """Continue a stored, unfinished run on a live run screen (the service refuses a run
         another process is playing, with one line)."""
-        from kevin_agent.tui.screens.run import RunScreen
-
         from kevin_agent.runs.request import RunRequest
+        from kevin_agent.tui.screens.run import RunScreen
 
         request = RunRequest(resume=run_id, config_dir=self.deps.repo_root or self.deps.root,
                              evaluator=self.deps.evaluator_spec)

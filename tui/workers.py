@@ -8,6 +8,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from textual import work
+from textual.message_pump import MessagePump
+
 from kevin_agent.tui.messages import (
     AcceptCommitted,
     AcceptPlanned,
@@ -20,10 +23,8 @@ from kevin_agent.tui.messages import (
     UndoDone,
     UndoProposed,
 )
-from textual import work
-from textual.message_pump import MessagePump
 
-WORK = dict(thread=True, exclusive=True, exit_on_error=False)
+WORK: dict[str, Any] = dict(thread=True, exclusive=True, exit_on_error=False)
 
 
 class WorkersMixin:

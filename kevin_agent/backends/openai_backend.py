@@ -44,7 +44,8 @@ def error_line(err: BaseException, base_url: str) -> str:
 
     if isinstance(err, openai.APIStatusError):
         body = err.body if isinstance(err.body, dict) else {}
-        inner = body.get("error") if isinstance(body.get("error"), dict) else body
+        error = body.get("error")
+        inner = error if isinstance(error, dict) else body
         message = inner.get("message") or err.message
         return _one_line(f"HTTP {err.status_code} from {base_url}: {message}")
     if isinstance(err, openai.APITimeoutError):

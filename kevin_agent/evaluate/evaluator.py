@@ -10,6 +10,7 @@ and reused. ``make_evaluator`` picks the real evaluator or the replay double.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import threading
@@ -170,7 +171,7 @@ class CudaEvaluator(Evaluator):
             batch.count(compiling=len(survivors))
             for index in survivors:
                 future = self._submit_compile(codes[index])
-                future.add_done_callback(lambda done, i=index: self._compiled(batch, i, done))
+                future.add_done_callback(functools.partial(self._compiled, batch, index))
         return batch.wait()
 
     def _submit_compile(self, code: str) -> Future[CompileOutcome]:

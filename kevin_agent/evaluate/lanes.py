@@ -79,11 +79,11 @@ class LocalLane(Lane):
     """A GPU of this machine: its own worker pool pinned to the device, and its lease."""
 
     def __init__(self, device: DeviceInfo, settings: EvalSettings, *,
-                 worker_command: Optional[Sequence[str]] = None, extra_env: Mapping[str, str] = (),
+                 worker_command: Optional[Sequence[str]] = None, extra_env: Optional[Mapping[str, str]] = None,
                  spares: int = 3, lease_folder: Optional[Path] = None,
                  cache_dir: Optional[Path] = None, scratch_root: Optional[Path] = None) -> None:
         self.device = device
-        env = {**dict(extra_env), "CUDA_VISIBLE_DEVICES": visible_device(device)}
+        env = {**dict(extra_env or {}), "CUDA_VISIBLE_DEVICES": visible_device(device)}
         confine = None
         if worker_command is None and settings.sandbox != "off" and cache_dir is not None:
             confine = worker_confinement(settings.sandbox, cache_dir)

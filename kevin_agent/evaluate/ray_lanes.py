@@ -524,7 +524,7 @@ class RayMixin:
         self._queue = LaneQueue()  # no stop markers left from an earlier close
         if not self._lanes:
             self._lanes = self._open_lanes()
-        super()._start_lanes()
+        super()._start_lanes()  # type: ignore[misc]  # a mixin: CudaEvaluator, after it in the MRO, has it (ray_class)
 
     # -- one batch -----------------------------------------------------------------------------
 
@@ -534,8 +534,8 @@ class RayMixin:
         cancel = cancel or threading.Event()
         self._local.cancel = cancel  # the compiles this call submits watch it
         try:
-            return super().evaluate(task, codes, on_verdict=on_verdict, on_queue=on_queue, cancel=cancel,
-                                    on_wait=on_wait)
+            return super().evaluate(  # type: ignore[misc]  # a mixin: CudaEvaluator has it (ray_class)
+                task, codes, on_verdict=on_verdict, on_queue=on_queue, cancel=cancel, on_wait=on_wait)
         finally:
             self._local.cancel = None
 
@@ -548,7 +548,7 @@ class RayMixin:
     def _serve(self, lane: Lane) -> None:
         """A lane's thread: take compiled candidates while its node is up; bring it back when lost."""
         if not isinstance(lane, RayLane):
-            super()._serve(lane)
+            super()._serve(lane)  # type: ignore[misc]  # a mixin: CudaEvaluator, after it in the MRO, has it (ray_class)
             return
         while not self._closing.is_set():
             if not lane.up:
@@ -572,7 +572,7 @@ class RayMixin:
         settle it with a verdict."""
         requeued = False
         try:
-            self._run_item(lane, item)
+            self._run_item(lane, item)  # type: ignore[attr-defined]  # CudaEvaluator's, as above
             return False
         except LaneLost as lost:
             counted, bounces = self._attempts.pop(id(item), (0, 0))
@@ -618,7 +618,7 @@ class RayMixin:
             except queue.Empty:
                 return
             if item is None:
-                self._queue.put(None)
+                self._queue.stop(1)  # put the stop marker back for the other lanes
                 return
             self._attempts.pop(id(item), None)
             item.batch.fail(error)
@@ -627,4 +627,4 @@ class RayMixin:
     def close(self) -> None:
         self._closing.set()
         self.compiler.cancel_all()
-        super().close()
+        super().close()  # type: ignore[misc]  # a mixin: CudaEvaluator, after it in the MRO, has it (ray_class)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import threading
 
+from kevin_agent.data import Task
+from kevin_agent.events import RunDone, VerdictReady
 from kevin_agent.lsp.commands import CommandFailed
 from kevin_agent.lsp.runs import RunManager, RunState
 from kevin_agent.lsp.server import create_server
-
-from kevin_agent.data import Task
-from kevin_agent.events import RunDone, VerdictReady
 
 TASK = Task(source="class Model: pass\n", class_name="Model")
 

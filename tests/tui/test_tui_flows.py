@@ -5,13 +5,13 @@ from __future__ import annotations
 import socket
 
 import git
-from kevin_agent.tui.screens.candidate import CandidateScreen
-from kevin_agent.tui.screens.confirm import ConfirmScreen
-from kevin_agent.tui.screens.diff import DiffScreen
 from textual.widgets import DataTable, Static, TabbedContent
 from tui_support import RUN_ID, make_app, notifications, open_past_runs, start_run, wait_for
 
 from kevin_agent.store import RunStore
+from kevin_agent.tui.screens.candidate import CandidateScreen
+from kevin_agent.tui.screens.confirm import ConfirmScreen
+from kevin_agent.tui.screens.diff import DiffScreen
 
 KERNEL_FILES = {"models/model_cuda.py", "models/model_kernel.cu", "models/model_kernel.cpp",
                 "models/test_model_cuda.py"}

@@ -6,9 +6,6 @@ from __future__ import annotations
 import json
 
 import git
-from kevin_agent.tui.screens.confirm import ConfirmScreen
-from kevin_agent.tui.screens.diff import DiffScreen
-from kevin_agent.tui.screens.run import RunScreen
 from loop_fixtures import write_replay
 from textual.widgets import DataTable, Static
 from tui_support import RUN_ID, make_app, notifications, open_past_runs, start_run, wait_for
@@ -16,6 +13,9 @@ from tui_support import RUN_ID, make_app, notifications, open_past_runs, start_r
 from kevin_agent.evaluate.replay import ReplayEvaluator
 from kevin_agent.runs.locks import RunLock
 from kevin_agent.store import RunStore
+from kevin_agent.tui.screens.confirm import ConfirmScreen
+from kevin_agent.tui.screens.diff import DiffScreen
+from kevin_agent.tui.screens.run import RunScreen
 
 
 def browser_rows(app) -> list[list[str]]:

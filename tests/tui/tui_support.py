@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Optional
 
 import git
-from kevin_agent.tui.app import KevinApp, create_app
 from loop_fixtures import FIXTURES, write_replay, write_script
 
 from kevin_agent.evaluate.replay import ReplayEvaluator
 from kevin_agent.store import RunStore
+from kevin_agent.tui.app import KevinApp, create_app
 
 # trajectory 0: compile error, then 2.0x; trajectory 1: 0.8x (slower than eager), then wrong
 PLAN = {(0, 0): "broken", (1, 0): "slow", (0, 1): "quick", (1, 1): "wrong"}

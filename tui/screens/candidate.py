@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-from kevin_agent.tui.formatting import cuda_sources, verdict_label
 from rich.syntax import Syntax
 from rich.text import Text
 from textual.app import ComposeResult
@@ -14,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from kevin_agent.data import Candidate, Verdict
+from kevin_agent.tui.formatting import cuda_sources, verdict_label
 from kevin_agent.verdict_text import render_verdict
 
 THEME = "ansi_dark"  # follows the terminal's palette; deterministic in screenshots

@@ -5,9 +5,6 @@ from __future__ import annotations
 import threading
 from typing import Any, Optional
 
-from kevin_agent.tui.formatting import ROW_COLUMNS, ROW_WIDTHS, row_cells
-from kevin_agent.tui.messages import RunEventArrived, RunFinished, RunResumed
-from kevin_agent.tui.widgets import RunProgress, SpeedupPlot
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
@@ -18,6 +15,9 @@ from kevin_agent.events import CandidateGenerated, RunFailed, VerdictReady
 from kevin_agent.run_record import RunRecord
 from kevin_agent.runs.request import RunRequest
 from kevin_agent.runs.state import RunView
+from kevin_agent.tui.formatting import ROW_COLUMNS, ROW_WIDTHS, row_cells
+from kevin_agent.tui.messages import RunEventArrived, RunFinished, RunResumed
+from kevin_agent.tui.widgets import RunProgress, SpeedupPlot
 
 ACTIVE = ("starting", "running", "cancelling")
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from kevin_agent.tui.formatting import fill_table
-from kevin_agent.tui.messages import RunsListed
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header
 
 from kevin_agent.run_table import best_text
+from kevin_agent.tui.formatting import fill_table
+from kevin_agent.tui.messages import RunsListed
 
 COLUMNS = ("run", "class", "status", "best", "candidates", "created")
 

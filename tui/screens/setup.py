@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from kevin_agent.tui.discovery import ModuleEntry
-from kevin_agent.tui.run_setup import SetupValues, run_request
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -13,6 +11,8 @@ from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
 
 from kevin_agent.config import BACKEND_NAMES, POLICIES
 from kevin_agent.errors import KevinError
+from kevin_agent.tui.discovery import ModuleEntry
+from kevin_agent.tui.run_setup import SetupValues, run_request
 
 TEXT_FIELDS = (  # (field of SetupValues, label, placeholder)
     ("endpoint", "Endpoint", "http://localhost:8000/v1"),

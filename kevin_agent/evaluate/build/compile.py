@@ -82,4 +82,4 @@ def install_load_inline_hook(cache: BuildCache,
         return cache.load(spec_from_call(args, kwargs, order), on_result)
 
     cached_load_inline.__kevin_hook__ = True  # type: ignore[attr-defined]
-    cpp_extension.load_inline = cached_load_inline  # type: ignore[assignment]
+    cpp_extension.load_inline = cached_load_inline

@@ -202,7 +202,7 @@ def toolchain(arch: str | None = None) -> Toolchain:
 
 def _ninja_from_package() -> str | None:
     try:
-        import ninja  # type: ignore[import-not-found]
+        import ninja
 
         path = Path(ninja.BIN_DIR) / "ninja"
         return str(path) if path.is_file() else None

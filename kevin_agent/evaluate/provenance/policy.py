@@ -164,8 +164,9 @@ def _own(own_names: OwnKernels | Iterable[str] | Iterable[ExtensionKernels]) -> 
     if isinstance(own_names, OwnKernels):
         return own_names
     items = list(own_names)
-    if items and all(isinstance(i, ExtensionKernels) for i in items):
-        return OwnKernels.from_extensions(items)
+    extensions = [i for i in items if isinstance(i, ExtensionKernels)]
+    if items and len(extensions) == len(items):
+        return OwnKernels.from_extensions(extensions)
     return OwnKernels([str(i) for i in items])
 
 

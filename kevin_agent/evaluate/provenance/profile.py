@@ -36,7 +36,7 @@ class ProfilerHandles:
     profile: Any
     activity: Any  # torch.profiler.ProfilerActivity
     record_function: Any
-    synchronize: Callable[..., Any]
+    synchronize: Any  # torch.cuda.synchronize
     no_grad: Any
 
 

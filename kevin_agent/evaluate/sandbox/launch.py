@@ -53,7 +53,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not module and not rest:
         parser.error("give -m MODULE or -- PROGRAM")
     try:
-        report = confine(SandboxPolicy.from_json(args.policy), args.mode)  # type: ignore[arg-type]
+        report = confine(SandboxPolicy.from_json(args.policy), args.mode)
     except SandboxUnavailable as exc:
         print(f"kevin-sandbox: {exc}", file=sys.stderr, flush=True)
         return EXIT_UNCONFINED

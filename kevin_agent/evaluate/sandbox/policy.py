@@ -84,7 +84,7 @@ class SandboxPolicy:
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> SandboxPolicy:
         names = {f.name for f in fields(cls)}
-        values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items() if k in names}
+        values: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items() if k in names}
         return cls(**values)
 
     def to_json(self) -> str:
@@ -222,7 +222,8 @@ PROC_SELF_WRITE = ("/proc/self",)
 DRIVER_SOCKET_FAMILIES = (1,)  # AF_UNIX
 
 
-def _policy(read: Sequence[str], write: Sequence[str], *, gpu: bool, protect: Sequence[str | os.PathLike[str]],
+def _policy(read: Sequence[str], write: Sequence[str | os.PathLike[str]], *, gpu: bool,
+            protect: Sequence[str | os.PathLike[str]],
             processes: bool = False, executable: Sequence[str] = (), tmpdir: Optional[str] = None,
             socket_families: Sequence[int] = (), devices: Optional[Sequence[str]] = None) -> SandboxPolicy:
     write_real = _existing(write)

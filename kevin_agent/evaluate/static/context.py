@@ -68,7 +68,7 @@ class CandidateContext:
             return f"{base}.{node.args[1].value}" if base else None
         return None
 
-    def region(self, node: ast.AST) -> Optional[Region]:
+    def region(self, node: Optional[ast.AST]) -> Optional[Region]:
         """Region of a node, None for exempt code (input functions, main guard, unused Model)."""
         return self.regions.get(id(node))
 
@@ -200,7 +200,8 @@ def _collect_cuda_sources(ctx: CandidateContext) -> None:
                 and _C_MARKERS.search(node.value)):
             strings[id(node)] = node
     for const in sorted(strings.values(), key=lambda c: (c.lineno, c.col_offset)):
-        ctx.cuda_sources.append(CudaSource(text=strip_c_comments(const.value), raw=const.value, line=const.lineno))
+        raw = str(const.value)  # only str constants were gathered
+        ctx.cuda_sources.append(CudaSource(text=strip_c_comments(raw), raw=raw, line=const.lineno))
 
 
 def _docstring_ids(tree: ast.Module) -> set[int]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
+from typing import TypeGuard
 
 from kevin_agent.evaluate.static import tables as T
 from kevin_agent.evaluate.static.context import CandidateContext
@@ -167,7 +168,7 @@ def check_patching(ctx: CandidateContext) -> Iterator[Violation]:
         for target in targets:
             base = target.value if isinstance(target, ast.Subscript) else target
             if isinstance(target, (ast.Attribute, ast.Subscript)) and ctx.qualname(base):
-                yield Violation("patching", node.lineno,
+                yield Violation("patching", node.lineno if isinstance(node, ast.stmt) else target.lineno,
                                 f"Do not assign to {ast.unparse(target)}: patching torch, timing or other modules "
                                 "is not allowed.")
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in T.MUTATING_BUILTINS \
@@ -322,7 +323,7 @@ def _is_allocation(ctx: CandidateContext, node: ast.AST) -> bool:
         f"torch.{name}" for name in ("empty", "empty_like", "zeros", "zeros_like", "ones", "full", "empty_strided")}
 
 
-def _is_self_attr(node: ast.AST) -> bool:
+def _is_self_attr(node: ast.AST) -> TypeGuard[ast.Attribute]:
     return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
 
 

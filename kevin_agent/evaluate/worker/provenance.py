@@ -178,7 +178,7 @@ def _no_listing(extensions: list[ExtensionKernels]) -> str:
     return "no kernels could be listed in the candidate's extension" + (f" ({notes})" if notes else "")
 
 
-def _unavailable(ctx: Any, reason: str) -> None:
+def _unavailable(ctx: Any, reason: str) -> Optional[Verdict]:
     d = ctx.details
     d.suspicious = True
     d.suspicious_reasons = list(d.suspicious_reasons) + [f"provenance not checked: {reason}"]
