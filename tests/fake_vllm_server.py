@@ -160,10 +160,11 @@ class _Handler(BaseHTTPRequestHandler):
         last_user = next((m.get("content", "") for m in reversed(messages)
                           if m.get("role") == "user"), "")
         picks = [fake.script.next_for(str(last_user)) for _ in range(int(body.get("n") or 1))]
-        if any(p is None for p in picks):
+        chosen = [p for p in picks if p is not None]
+        if len(chosen) < len(picks):
             self._error(400, "fake server: no scripted response left for this request")
             return
-        first = picks[0]
+        first = chosen[0]
         if first.get("delay_s"):
             time.sleep(float(first["delay_s"]))
         if first.get("drop"):
@@ -178,7 +179,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         stop = body.get("stop") or []
         stop = [stop] if isinstance(stop, str) else list(stop)
-        choices = [_shape_choice(p, body.get("max_tokens"), stop) for p in picks]
+        choices = [_shape_choice(p, body.get("max_tokens"), stop) for p in chosen]
         prompt_tokens = sum(_count(str(m.get("content", ""))) for m in messages)
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -274,7 +275,7 @@ class FakeServer:
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host!s}:{port}/v1"
 
     def stop(self) -> None:
         self._httpd.shutdown()

@@ -28,6 +28,7 @@ def repo(tmp_path, monkeypatch):
     store.create_run(record.run_id, record.task, record.settings)
     for candidate, verdict in record.candidates:
         store.add_candidate(record.run_id, candidate, [])
+        assert verdict is not None
         store.add_verdict(record.run_id, candidate.id, verdict)
     store.set_status(record.run_id, "done")
     store.close()

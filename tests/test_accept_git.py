@@ -215,7 +215,7 @@ def test_undo_reverts_with_a_new_commit(tmp_path):
     sha = undo_last(tmp_path)
     head = repo.head.commit
     assert head.hexsha == sha and head.parents[0].hexsha == accepted.sha  # a new commit, not a reset
-    assert head.message.startswith('Revert "kevin: CUDA kernel for FusedBlock')
+    assert str(head.message).startswith('Revert "kevin: CUDA kernel for FusedBlock')
     assert f"Kevin-Revert: {accepted.sha}" in head.message
     assert committed_paths(repo) == OUR_FILES
     assert _untouched(tmp_path)
@@ -264,5 +264,5 @@ def test_first_commit_of_an_empty_repository(tmp_path):
     result = accept(_plan(tmp_path), commit=True)
     commit = repo.commit(result.sha)
     assert commit.parents == () and repo.active_branch.name == "main"
-    assert {item.path for item in commit.tree.traverse() if item.type == "blob"} == OUR_FILES
+    assert {item.path for item in commit.tree.traverse() if isinstance(item, git.Blob)} == OUR_FILES
     assert repo.git.diff("--cached", "--name-only").split() == [MODULE]  # still staged, not committed

@@ -14,6 +14,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,7 +59,7 @@ def test_pch_that_times_out_builds_without_a_pch_and_leaves_nothing(tmp_path):
     slow = tmp_path / "slow-cxx"
     slow.write_text("#!/bin/sh\nsleep 30\n")
     slow.chmod(0o755)
-    fields = dict(cuda_home="/nowhere", nvcc="nvcc", arch="9.0", torch_version="t", cuda_version="c",
+    fields: dict[str, Any] = dict(cuda_home="/nowhere", nvcc="nvcc", arch="9.0", torch_version="t", cuda_version="c",
                   nvcc_version="n", std="c++17", abi=1, include_dirs=(), library_dirs=(), nvcc_common=())
     for cxx, timeout_s in ((str(slow), 0.5), (str(tmp_path / "no-such-cxx"), 5.0)):
         root = tmp_path / ("cache-" + Path(cxx).name)
@@ -87,8 +88,8 @@ def test_key_changes_with_the_toolchain(cache_root, field):
     key = cache.key(spec)
     changed = BuildCache(cache_root, arch="9.0")
     value = getattr(cache.toolchain, field)
-    changed._toolchain = dataclasses.replace(cache.toolchain, **{field: value + 1 if isinstance(value, int)
-                                                                 else f"{value}-other"})
+    other: dict[str, Any] = {field: value + 1 if isinstance(value, int) else f"{value}-other"}
+    changed._toolchain = dataclasses.replace(cache.toolchain, **other)
     assert changed.key(spec) != key
 
 
@@ -223,7 +224,7 @@ def test_unsplittable_candidate_builds_through_the_whole_path(cache_root, add_ou
     assert outcome.ok, outcome.message
     (result,) = outcome.results
     assert result.path == "whole" and "namespace" in result.split_note
-    assert Path(result.module_path).is_file()
+    assert result.module_path and Path(result.module_path).is_file()
 
 
 @pytest.mark.nvcc

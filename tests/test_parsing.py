@@ -194,7 +194,7 @@ def test_summary_falls_back_to_text_before_the_block() -> None:
 
 def test_request_error_becomes_parse_error() -> None:
     candidate = parse_completion(Completion(text="", error="HTTP 500 from x: boom"), 0, 0)
-    assert candidate.code is None and "HTTP 500" in candidate.parse_error
+    assert candidate.code is None and "HTTP 500" in (candidate.parse_error or "")
 
 
 def test_split_reasoning_and_block_finder_directly() -> None:

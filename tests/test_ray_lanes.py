@@ -21,9 +21,10 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from loop_fixtures import TASK_FILE, write_script
+from loop_fixtures import TASK_FILE, with_verdicts, write_script
 from ray_cluster import ROOT, LocalCluster, pid_alive
 
 from kevin_agent.data import Stage, Task
@@ -203,6 +204,8 @@ def scripted_lane(evaluator, comes_up: bool, device=None):
     from kevin_agent.evaluate.ray_lanes import RayLane
 
     class ScriptedLane(RayLane):
+        comes_up = False
+
         def wait_up(self, timeout_s: float) -> bool:
             self.up = self.comes_up
             return self.up
@@ -237,8 +240,12 @@ def test_failing_the_queued_candidates_never_waits_on_an_empty_queue(tmp_path, m
     # another lane's thread took the last item between a check and a take: never block
     monkeypatch.setattr(evaluator._queue, "empty", lambda: False)
     done = threading.Event()
-    threading.Thread(target=lambda: (evaluator._fail_queued(EnvironmentProblem("gone")), done.set()),
-                     daemon=True).start()
+
+    def fail_queued() -> None:
+        evaluator._fail_queued(EnvironmentProblem("gone"))
+        done.set()
+
+    threading.Thread(target=fail_queued, daemon=True).start()
     assert done.wait(5), "_fail_queued blocked on an empty queue"
     monkeypatch.undo()
     item = queued_item()
@@ -382,7 +389,7 @@ def cluster():
 
 
 def ray_settings(cluster: LocalCluster, tmp_path: Path, **changes) -> EvalSettings:
-    values = dict(arch="9.0", cluster=cluster.address, cache_dir=tmp_path / "laptop-cache", run_timeout_s=60)
+    values: dict[str, Any] = dict(arch="9.0", cluster=cluster.address, cache_dir=tmp_path / "laptop-cache", run_timeout_s=60)
     values.update(changes)
     return EvalSettings(**values)
 
@@ -543,7 +550,7 @@ def test_kevin_optimize_on_the_cluster_stores_every_verdict(cluster, tmp_path):
                           timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     record = RunStore.for_path(repo).load_run("latest")
-    verdicts = [v for _, v in record.candidates]
+    verdicts = [v for _, v in with_verdicts(record.candidates)]
     assert len(verdicts) == 4 and all(v is not None for v in verdicts)
     assert all(v.stage is Stage.TIMING and v.ok for v in verdicts)
     assert {v.details.lane for v in verdicts} == {"ray:gpu-a/cuda:0"}
@@ -577,7 +584,7 @@ def test_a_real_compile_as_a_ray_task_lands_usable_in_another_cache(cluster, tmp
     laptop = BuildCache(tmp_path / "laptop", arch="9.0")
     unpack_entries(reply["blob"], laptop.root)
     moved = relocate_outcome(outcome, laptop.root)
-    assert Path(moved.results[0].module_path).is_file()
+    assert moved.results[0].module_path and Path(moved.results[0].module_path).is_file()
     specs, _ = extract_specs(code)
     again = laptop.build(specs[0])  # same toolchain here: the unpacked entry is found, not rebuilt
     assert again.ok and again.cache_hit and again.key == outcome.results[0].key

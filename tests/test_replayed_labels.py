@@ -101,7 +101,7 @@ def test_accepting_a_replayed_verdict_says_so_in_the_commit_and_the_files(tmp_pa
     plan = plan_accept(record, repo_root=tmp_path)
     assert any(MEASURED in note for note in plan.notes)
     result = accept(plan)
-    message = repo.head.commit.message
+    message = str(repo.head.commit.message)
     subject, body = message.split("\n", 1)
     assert subject == "kevin: CUDA kernel for FusedBlock (1.84x eager, 1.21x torch.compile, NVIDIA H200, replayed)"
     assert "verified by kevin-agent on the GPU" not in message
@@ -117,7 +117,7 @@ def test_accepting_a_replayed_verdict_says_so_in_the_commit_and_the_files(tmp_pa
 def test_a_verdict_measured_here_keeps_the_verified_wording(tmp_path):
     repo = make_repo(tmp_path)
     accept(plan_accept(make_record(tmp_path / MODULE, fixture_candidate("gelu")), repo_root=tmp_path))
-    message = repo.head.commit.message
+    message = str(repo.head.commit.message)
     assert message.startswith("kevin: CUDA kernel for FusedBlock (1.84x eager, 1.21x torch.compile, NVIDIA H200)\n")
     assert "verified by kevin-agent on the GPU" in message and "replayed" not in message
 

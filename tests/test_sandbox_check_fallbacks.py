@@ -34,7 +34,7 @@ def test_the_self_check_runs_with_home_nonexistent():
 
 def test_a_check_child_that_times_out_is_a_failed_row(monkeypatch):
     def hang(command, **kwargs):
-        raise subprocess.TimeoutExpired(command, kwargs.get("timeout"))
+        raise subprocess.TimeoutExpired(command, kwargs.get("timeout") or 0)
 
     monkeypatch.setattr(check.subprocess, "run", hang)
     line, results = check.check_sandbox("auto", timeout_s=1.0)

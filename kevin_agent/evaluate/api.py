@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 from kevin_agent.data import Task, Verdict
 
@@ -37,6 +37,8 @@ class EvalSettings:
     sandbox: str = "auto"  # "auto" (confine when the kernel can) | "required" | "off"
     cluster: Optional[str] = None  # None (this machine) | "auto" | "ray://HEAD:10001"
 
+
+_E = TypeVar("_E", bound="Evaluator")
 
 class Evaluator(ABC):
     """Judges candidate sources against a task. Never raises for a bad candidate.
@@ -73,7 +75,7 @@ class Evaluator(ABC):
     def close(self) -> None:  # noqa: B027 - an optional hook: a no-op unless overridden
         """Release worker processes; nothing to release by default."""
 
-    def __enter__(self) -> Evaluator:
+    def __enter__(self: _E) -> _E:
         return self
 
     def __exit__(self, *exc: object) -> None:

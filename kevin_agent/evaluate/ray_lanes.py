@@ -442,8 +442,8 @@ class RayMixin:
     def __init__(self, settings: EvalSettings, *, worker_command: Optional[Sequence[str]] = None,
                  compile_function: Optional[str] = None, spares: int = 1) -> None:
         self.compiler = RemoteCompiler(self, compile_function)
-        super().__init__(settings, worker_command=worker_command, spares=spares,  # type: ignore[call-arg]
-                         compiler=self.compiler)
+        super().__init__(  # type: ignore[call-arg]  # CudaEvaluator's: a mixin
+            settings, worker_command=worker_command, spares=spares, compiler=self.compiler)
         self.compile_function = compile_function
         self.address = settings.cluster or "auto"
         self.resources: dict[str, float] = {}

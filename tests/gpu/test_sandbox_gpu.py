@@ -32,7 +32,8 @@ def _env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def sandbox_cache(tmp_path_factory, device_arch):
-    from kevin_agent.evaluate.build import BuildCache, compile_many
+    from kevin_agent.evaluate.build.cache import BuildCache
+    from kevin_agent.evaluate.build.compile import compile_many
 
     root = tmp_path_factory.mktemp("kevin-sandbox-cache")
     outcomes = compile_many([correct_candidate(n) for n in ("add", "matmul")], BuildCache(root, arch=device_arch))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import git
 from loop_fixtures import FIXTURES, write_replay, write_script
@@ -114,6 +114,11 @@ async def open_past_runs(pilot, status: str) -> None:
     await wait_for(pilot, lambda: app.screen.id == "browser", what="browser")
     await pilot.press("r")
     await wait_for(pilot, lambda: app.screen.id == "runs" and bool(app.screen.run_ids), what="runs")
+
+
+def shown(app: Any) -> Any:
+    """The current screen as its own class (a test reads that screen's fields)."""
+    return app.screen
 
 
 def notifications(app) -> list[str]:

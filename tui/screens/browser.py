@@ -43,7 +43,7 @@ class BrowserScreen(Screen):
         self.action_rescan()
 
     def action_rescan(self) -> None:
-        self.app.scan_modules(self)  # type: ignore[attr-defined]
+        self.app.scan_modules(self)  # type: ignore[attr-defined]  # KevinApp's
 
     def on_modules_scanned(self, message: ModulesScanned) -> None:
         self.entries = list(message.entries)

@@ -81,5 +81,5 @@ def install_load_inline_hook(cache: BuildCache,
     def cached_load_inline(*args: Any, **kwargs: Any) -> types.ModuleType:
         return cache.load(spec_from_call(args, kwargs, order), on_result)
 
-    cached_load_inline.__kevin_hook__ = True  # type: ignore[attr-defined]
+    cached_load_inline.__kevin_hook__ = True  # type: ignore[attr-defined]  # a marker on the hook
     cpp_extension.load_inline = cached_load_inline

@@ -151,7 +151,7 @@ def extract_static(code: str) -> list[ExtensionSpec]:
     for call, functions in calls:
         env = dict(module_env)
         for function in functions:
-            bind_assignments(function.body, env)  # type: ignore[attr-defined]
+            bind_assignments(function.body, env)  # type: ignore[attr-defined]  # a def's body
         evaluate = ConstEval(env)
         values = {name: evaluate(expr) for name, expr in bind_arguments(call).items() if name in SPEC_FIELDS}
         try:

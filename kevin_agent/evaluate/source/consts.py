@@ -46,7 +46,7 @@ class ConstEval:
     def _Dict(self, node: ast.Dict) -> Any:
         if any(k is None for k in node.keys):
             raise NotStatic("dict unpacking")
-        return {self(k): self(v) for k, v in zip(node.keys, node.values)}  # type: ignore[arg-type]
+        return {self(k): self(v) for k, v in zip(node.keys, node.values)}  # type: ignore[arg-type]  # no None keys
 
     def _BinOp(self, node: ast.BinOp) -> Any:
         left, right = self(node.left), self(node.right)
@@ -104,6 +104,6 @@ def bind_assignments(body: list[ast.stmt], env: dict[str, Any]) -> None:
         for target in targets:
             if isinstance(target, ast.Name):
                 try:
-                    env[target.id] = evaluate(value)  # type: ignore[arg-type]
+                    env[target.id] = evaluate(value)  # type: ignore[arg-type]  # an expr
                 except (NotStatic, TypeError, ValueError, KeyError, IndexError):
                     env.pop(target.id, None)  # rebinding to something dynamic hides the old value

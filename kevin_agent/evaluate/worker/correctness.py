@@ -354,7 +354,7 @@ class CorrectnessHarness:
     candidate: Callable[..., Any]
     get_inputs: Callable[[], Any]
     device: Any
-    seed_all: Callable[[int], None]
+    seed_all: Callable[[int], object]  # torch.manual_seed returns its generator
     synchronize: Callable[[], None]
     poison: Callable[[], Any]
     check_patched: Callable[[], str | None] = lambda: None

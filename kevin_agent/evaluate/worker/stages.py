@@ -117,7 +117,7 @@ def confine_candidate(job: WorkerJob, cache_dir: Path) -> str:
     start = current_report()
     entries = list(job.build_entries) or [str(entry_dir(cache_dir, ""))]  # no list: every entry
     policy = worker_policy(job.result_path.parent, entries, protect=job.protect, devices=granted_devices())
-    report = confine(policy, mode)  # type: ignore[arg-type]
+    report = confine(policy, mode)  # type: ignore[arg-type]  # checked by confine
     applied = report.applied
     if start is not None and start.applied != applied:
         applied += f" (start-up: {start.applied})"
