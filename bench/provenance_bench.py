@@ -190,7 +190,8 @@ def main() -> int:
     return 0 if summary["max_per_candidate_s"] is not None and summary["max_per_candidate_s"] <= BUDGET_S else 1
 
 
-def _summary(rows: list[dict[str, Any]], warm_s: float, before: float, after: float, after_all: float) -> dict[str, Any]:
+def _summary(rows: list[dict[str, Any]], warm_s: float, before: float, after: float,
+             after_all: float) -> dict[str, Any]:
     good = [r for r in rows if "per_candidate_s" in r]
     totals = [r["per_candidate_with_reference_s"] for r in good]
     return {"candidates": len(rows), "measured": len(good), "errors": [r["id"] for r in rows if "error" in r],
@@ -201,15 +202,17 @@ def _summary(rows: list[dict[str, Any]], warm_s: float, before: float, after: fl
 
 
 def _table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
-    lines = ["| candidate | static | list kernels | profile candidate | profile reference | judge | total (with reference) "
-             "| forward | fp64 first trial | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| candidate | static | list kernels | profile candidate | profile reference | judge "
+             "| total (with reference) | forward | fp64 first trial | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['id']} | error: {r['error'][:80]} |||||||||")
             continue
         lines.append(f"| {r['id']} | {r['static_s'] * 1e3:.1f} ms | {r['list_kernels_s'] * 1e3:.1f} ms | "
                      f"{r['profile_candidate_s'] * 1e3:.0f} ms | {r['profile_reference_s'] * 1e3:.0f} ms | "
-                     f"{r['judge_s'] * 1e3:.1f} ms | {r['per_candidate_s']:.3f} s ({r['per_candidate_with_reference_s']:.3f} s) | "
+                     f"{r['judge_s'] * 1e3:.1f} ms | {r['per_candidate_s']:.3f} s "
+                     f"({r['per_candidate_with_reference_s']:.3f} s) | "
                      f"{r['forward_ms']:.3f} ms | {r['fp64_first_s'] * 1e3:.0f} ms | {r['verdict']} |")
     lines.append("")
     lines.append(f"max per candidate (with the reference profiled too): {summary['max_per_candidate_s']} s "

@@ -114,7 +114,8 @@ def ray_round(lanes: int, args: argparse.Namespace, timings: Timings) -> dict[st
             "per_min": round(60 * len(verdicts) / wall, 1),
             "gpu_job_client": _ms([w for w, _ in timings.jobs]), "gpu_job_node": _ms([n for _, n in timings.jobs]),
             "gpu_job_ray_overhead": _ms(overhead),
-            "compile_client": _ms(timings.compiles), "compile_overhead": _ms([c - args.compile_s for c in timings.compiles])}
+            "compile_client": _ms(timings.compiles),
+            "compile_overhead": _ms([c - args.compile_s for c in timings.compiles])}
 
 
 def local_round(lanes: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -155,7 +156,8 @@ def main() -> None:
     for ray_row, local_row in zip(results["ray"], results["local"]):
         over, comp = ray_row["gpu_job_ray_overhead"], ray_row["compile_overhead"]
         print(f"{ray_row['lanes']:>2} {ray_row['per_min']:>12} {local_row['per_min']:>14} "
-              f"{ray_row['gpu_job_client'].get('median_ms', '-'):>18} {ray_row['gpu_job_node'].get('median_ms', '-'):>8} "
+              f"{ray_row['gpu_job_client'].get('median_ms', '-'):>18} "
+              f"{ray_row['gpu_job_node'].get('median_ms', '-'):>8} "
               f"{over.get('median_ms', '-'):>14} / {over.get('p90_ms', '-'):<12} {comp.get('median_ms', '-'):>20}")
     if args.out:
         args.out.write_text(json.dumps(results, indent=2))

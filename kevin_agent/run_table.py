@@ -119,7 +119,8 @@ def _better_by_speedups(speedup_vs_eager: Optional[float], speedup_vs_compile: O
 
 def tie_with(details: VerdictDetails) -> str:
     """The baseline a tied kernel is level with."""
-    if details.compiled is not None and details.eager is not None and details.compiled.median_ms < details.eager.median_ms:
+    compiled, eager = details.compiled, details.eager
+    if compiled is not None and eager is not None and compiled.median_ms < eager.median_ms:
         return "torch.compile"
     return "eager PyTorch"
 
@@ -170,7 +171,8 @@ def _conclusion_text(best_id: str, d: VerdictDetails, better: str, where: str) -
             return (f"Best kernel {best_id}: {_fmt(s_eager)} vs eager{where} (torch.compile was not timed, "
                     "so this is a win over eager only).")
         if better == "tie":
-            return f"The best kernel ({best_id}, {_fmt(s_eager)} vs eager) ties with eager PyTorch; keep the PyTorch module."
+            return (f"The best kernel ({best_id}, {_fmt(s_eager)} vs eager) ties with eager PyTorch; "
+                    "keep the PyTorch module.")
         return (f"The best kernel ({best_id}, {_fmt(s_eager)} vs eager) is not faster than eager PyTorch; "
                 "keep the PyTorch module.")
     if better == "kernel":

@@ -36,7 +36,8 @@ def module_name(source: BuildSource) -> str | None:
 def main(argv: list[str]) -> int:
     fscache = FileSystemCache()
     sources, options = process_options(argv, fscache=fscache)
-    renamed = [BuildSource(s.path, module_name(s), text=s.text, base_dir=s.base_dir, followed=s.followed) for s in sources]
+    renamed = [BuildSource(s.path, module_name(s), text=s.text, base_dir=s.base_dir, followed=s.followed)
+               for s in sources]
     try:
         result = build.build(renamed, options, fscache=fscache)
         messages = result.errors

@@ -61,7 +61,8 @@ def test_commit_message_subject_body_and_trailers(tmp_path):
     assert lines[0] == "kevin: CUDA kernel for FusedBlock (1.84x eager, 1.21x torch.compile, NVIDIA H200)"
     for expected in ("Run:            r20261202-1 (4 trajectories x 4 turns)",
                      "Candidate:      t1.3 (trajectory 1, turn 3)",
-                     "Correctness:    5/5 trials on fresh random inputs, atol 0.0001, rtol 0.0001 (max abs error 2.4e-07)",
+                     "Correctness:    5/5 trials on fresh random inputs, atol 0.0001, rtol 0.0001 (max abs error "
+                     "2.4e-07)",
                      "Timing:         kernel 0.412 ms, eager 0.758 ms, torch.compile 0.498 ms (median of 100 trials)",
                      "Speed of light: 62% of the GPU's peak",
                      "Environment:    NVIDIA H200, torch 2.14.1, CUDA 13.0",

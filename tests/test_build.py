@@ -173,7 +173,8 @@ def test_cache_hit_with_import_in_a_fresh_process_and_hook(add_outcome, cache_ro
         print("RESULT", elapsed, mod.__file__, hasattr(mod, "elementwise_add_cuda"))
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")) if "RESULT" in proc.stdout else proc.stderr
+    line = (next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")) if "RESULT" in proc.stdout
+            else proc.stderr)
     _, elapsed, path, has_fn = line.split()
     TIMES["hook hit incl. import"] = float(elapsed)
     assert path == add_outcome.results[0].module_path and has_fn == "True"
@@ -197,11 +198,13 @@ def test_compile_error_is_trimmed_to_candidate_lines_and_concurrent_builds_agree
         from kevin_agent.evaluate.build.cache import BuildCache
         from kevin_agent.evaluate.build.compile import compile_candidate
         out = compile_candidate(Path({str(BROKEN)!r}).read_text(), BuildCache(Path({str(cache_root)!r})))
-        print("RESULT" + json.dumps({{"ok": out.ok, "message": out.message, "results": [dataclasses.asdict(r) for r in out.results]}}))
+        results = [dataclasses.asdict(r) for r in out.results]
+        print("RESULT" + json.dumps({{"ok": out.ok, "message": out.message, "results": results}}))
     """)
     start = time.monotonic()
     procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(2)]
-    outs = [json.loads(next(ln for ln in p.communicate(timeout=600)[0].splitlines() if ln.startswith("RESULT"))[6:]) for p in procs]
+    outs = [json.loads(next(ln for ln in p.communicate(timeout=600)[0].splitlines() if ln.startswith("RESULT"))[6:])
+            for p in procs]
     TIMES["broken split, 2 processes at once"] = time.monotonic() - start
     results = [o["results"][0] for o in outs]
     assert not any(o["ok"] for o in outs)

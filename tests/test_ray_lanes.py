@@ -389,7 +389,8 @@ def cluster():
 
 
 def ray_settings(cluster: LocalCluster, tmp_path: Path, **changes) -> EvalSettings:
-    values: dict[str, Any] = dict(arch="9.0", cluster=cluster.address, cache_dir=tmp_path / "laptop-cache", run_timeout_s=60)
+    values: dict[str, Any] = dict(arch="9.0", cluster=cluster.address, cache_dir=tmp_path / "laptop-cache",
+                                  run_timeout_s=60)
     values.update(changes)
     return EvalSettings(**values)
 

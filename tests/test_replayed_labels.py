@@ -51,7 +51,8 @@ def test_replay_keeps_the_recorded_gpu_and_run_and_marks_the_verdict_replayed(tm
 def test_static_rejections_are_made_here_not_replayed(tmp_path):
     path = tmp_path / "replay.json"
     path.write_text(json.dumps({"default": recorded(gpu_name="NVIDIA H200")}))
-    hack = "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n        return a + b\n"
+    hack = ("import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n"
+            "        return a + b\n")
     verdict = ReplayEvaluator(path).evaluate(TASK, [hack])[0]
     assert verdict.stage is Stage.STATIC and not verdict.details.replayed
 

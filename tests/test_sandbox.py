@@ -226,7 +226,8 @@ def test_legit_workload_still_works_confined(world, prebuilt_extension, tmp_path
         call = "legit(T)\n" if where == "import" else ""
         forward = "        legit(T)\n" if where == "forward" else ""
         path.write_text(f"T = {targets!r}\n" + LEGIT_CODE + call
-                        + "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n" + forward + "        return x\n")
+                        + "class ModelNew(torch.nn.Module):\n    def forward(self, "
+                          "x):\n" + forward + "        return x\n")
         candidates.append({"key": where, "path": str(path), "where": where})
     policy = worker_policy(scratch, [prebuilt_extension.parent], gpu=False, protect=[world["repo"]])
     out = run_harness(tmp_path, {"mode": "required", "policy": policy.to_dict(), "import_torch": False,
@@ -300,8 +301,9 @@ def test_worker_layers_bind_threads_started_between_them(world, tmp_path):
     (cache / "inductor").mkdir(parents=True)
     startup = startup_policy(job, cache, extra_write=[cache / "inductor"], gpu=False, protect=[world["repo"]])
     candidate = worker_policy(job / "work", gpu=False, protect=[world["repo"]])
-    spec = {"startup": startup.to_dict(), "candidate": candidate.to_dict(), "home_file": str(world["home"] / "secret.txt"),
-            "cache_write": str(cache / "inductor"), "scratch": str(job / "work")}
+    spec = {"startup": startup.to_dict(), "candidate": candidate.to_dict(),
+            "home_file": str(world["home"] / "secret.txt"), "cache_write": str(cache / "inductor"),
+            "scratch": str(job / "work")}
     proc = subprocess.run([sys.executable, "-c", TWO_LAYERS, json.dumps(spec)], cwd=job / "work",
                           env=child_env(world["home"]), capture_output=True, text=True, timeout=240)
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("TWO:")]

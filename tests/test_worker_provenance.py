@@ -132,7 +132,8 @@ def test_reference_is_profiled_when_the_baseline_has_no_launch_count(profiled, t
     verdict = run(ctx, "token_own_torch_fallback", None)
     assert profiled["calls"] == ["candidate", "reference"]
     assert verdict is not None and "not fewer than" in verdict.message
-    assert ctx.details.reference_launches == ProfileTrace.from_dict(scenario("token_own_torch_fallback")["reference"]).launches
+    reference = ProfileTrace.from_dict(scenario("token_own_torch_fallback")["reference"])
+    assert ctx.details.reference_launches == reference.launches
 
 
 def test_strict_profiles_the_reference_only_to_say_what_partial_would_do(profiled, tmp_path):
@@ -235,7 +236,8 @@ def test_render_verdict_shows_the_kernel_table_fp64_errors_and_the_provenance_li
                   "ms": 0.03, "share": 0.75, "role": "compute"},
                  {"name": "Memset (Device)", "origin": "torch", "calls": 1, "ms": 0.01, "share": 0.25, "role": "fill"}])
     text = render_verdict(Verdict(Stage.TIMING, True, "ok", details))
-    assert "against float64: max abs 0.0022 (eager's own 0.0011), RMS 0.0003 (eager's own 0.0002); passed by the float64 rule" in text
+    assert ("against float64: max abs 0.0022 (eager's own 0.0011), RMS 0.0003 (eager's own 0.0002); passed by the "
+            "float64 rule") in text
     assert "provenance strict: accepted; own kernels 75.0%" in text
     assert "relu_kernel<float>" in text and "(float const*" not in text and "torch/fill" in text
 

@@ -199,7 +199,8 @@ class BuildCache:
                 layout = split_layout(spec, module, tc, pch.header)
                 result = self._run(layout, module, tmp, log_path, spec.extra_ldflags)
                 result.pch_seconds = pch.seconds
-                if result.ok or errors_only_in(log_path.read_text(errors="replace"), (SOURCE_NAME,)) and _nvcc_only(log_path):
+                log_text = log_path.read_text(errors="replace")
+                if result.ok or errors_only_in(log_text, (SOURCE_NAME,)) and _nvcc_only(log_path):
                     return result
                 note = "split build failed outside the kernels; retried whole"
             except SplitRefused as exc:

@@ -36,6 +36,7 @@ from kevin_agent.evaluate.provenance.trace import (
 __all__ = [
     "DEFAULT_POLICY", "ExtensionKernels", "FORWARD_ANNOTATION", "ForeignSummary", "KernelActivity", "KernelRow",
     "OwnKernels", "PARTIAL", "POLICIES", "POLICY_PROMPTS", "ProfileTrace", "ProvenanceResult", "STRICT",
-    "STRICT_COPY_FLOOR_MS", "STRICT_COPY_SHARE", "STRICT_FILL_FLOOR_MS", "STRICT_FILL_SHARE", "activities_from_chrome_trace", "attribute", "judge", "kernel_rows",
+    "STRICT_COPY_FLOOR_MS", "STRICT_COPY_SHARE", "STRICT_FILL_FLOOR_MS", "STRICT_FILL_SHARE",
+    "activities_from_chrome_trace", "attribute", "judge", "kernel_rows",
     "kernel_table", "launch_count", "list_kernels", "profile_feedback",
 ]

@@ -43,10 +43,12 @@ def _landlock_allow_everything_then_read(path):
         _fields_ = [("allowed", ctypes.c_uint64), ("fd", ctypes.c_int32)]
     _libc.prctl(38, 1, 0, 0, 0)
     attr = Attr(4, 0, 0)  # handles READ_FILE only...
-    fd = _check(_libc.syscall(ctypes.c_long(444), ctypes.byref(attr), ctypes.c_long(24), ctypes.c_long(0)), "landlock_create_ruleset")
+    fd = _check(_libc.syscall(ctypes.c_long(444), ctypes.byref(attr), ctypes.c_long(24), ctypes.c_long(0)),
+                "landlock_create_ruleset")
     root = os.open("/", os.O_PATH)
     rule = Rule(4, root)  # ...and grants it everywhere
-    _check(_libc.syscall(ctypes.c_long(445), ctypes.c_long(fd), ctypes.c_long(1), ctypes.byref(rule), ctypes.c_long(0)), "landlock_add_rule")
+    _check(_libc.syscall(ctypes.c_long(445), ctypes.c_long(fd), ctypes.c_long(1), ctypes.byref(rule), ctypes.c_long(0)),
+           "landlock_add_rule")
     _check(_libc.syscall(ctypes.c_long(446), ctypes.c_long(fd), ctypes.c_long(0)), "landlock_restrict_self")
     return open(path).read()
 

@@ -289,6 +289,7 @@ def compile_policy(build_dir: str | os.PathLike[str], extra_read: Sequence[str |
                    executable=executable, tmpdir=os.fspath(build_dir))
 
 
-def record_policy(scratch_dir: str | os.PathLike[str], *, protect: Sequence[str | os.PathLike[str]] = ()) -> SandboxPolicy:
+def record_policy(scratch_dir: str | os.PathLike[str], *,
+                  protect: Sequence[str | os.PathLike[str]] = ()) -> SandboxPolicy:
     """The CPU-only child that runs a candidate's top level to record its load_inline calls."""
     return worker_policy(scratch_dir, gpu=False, protect=protect)

@@ -65,7 +65,8 @@ class SandboxSupport:
 
 def unavailable(reason: str) -> SandboxSupport:
     """A support record for a host without any confinement (tests inject it; non-Linux hosts)."""
-    return SandboxSupport(0, reason, False, reason, False, machine(), os.uname().release if hasattr(os, "uname") else "")
+    release = os.uname().release if hasattr(os, "uname") else ""
+    return SandboxSupport(0, reason, False, reason, False, machine(), release)
 
 
 def probe() -> SandboxSupport:

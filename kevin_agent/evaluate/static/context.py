@@ -153,7 +153,8 @@ def _collect_extensions(ctx: CandidateContext) -> None:
             if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
                 continue
             value = node.value
-            bound = (isinstance(value, ast.Call) and _is_load_inline(ctx, value)) or _target_key(value) in ctx.extension_names
+            bound = ((isinstance(value, ast.Call) and _is_load_inline(ctx, value))
+                     or _target_key(value) in ctx.extension_names)
             if bound:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 ctx.extension_names |= {k for k in map(_target_key, targets) if k}

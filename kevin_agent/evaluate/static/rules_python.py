@@ -87,7 +87,8 @@ def _inherits_own_forward(ctx: CandidateContext, cls: ast.ClassDef, depth: int =
 def _is_placeholder(statement: ast.stmt) -> bool:
     if isinstance(statement, ast.Pass):
         return True
-    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) and statement.value.value is Ellipsis:
+    if (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+            and statement.value.value is Ellipsis):
         return True
     if isinstance(statement, ast.Raise) and statement.exc is not None:
         exc = statement.exc.func if isinstance(statement.exc, ast.Call) else statement.exc
@@ -265,7 +266,8 @@ def check_hidden_code(ctx: CandidateContext) -> Iterator[Violation]:
     for node in ctx.nodes():
         if not isinstance(node, ast.Call):
             continue
-        if isinstance(node.func, ast.Name) and node.func.id in T.HIDDEN_CODE_BUILTINS and node.func.id not in ctx.aliases:
+        if (isinstance(node.func, ast.Name) and node.func.id in T.HIDDEN_CODE_BUILTINS
+                and node.func.id not in ctx.aliases):
             yield Violation("hidden-code", node.lineno,
                             f"Do not call {node.func.id}(): all code must be visible in the answer (no exec/eval, "
                             "dynamic imports or reading files).")
@@ -305,16 +307,16 @@ def check_output_cache(ctx: CandidateContext) -> Iterator[Violation]:
                 if isinstance(target, ast.Subscript) and _is_self_attr(target.value) \
                         and not _is_allocation(ctx, node.value):
                     yield Violation("output-cache", node.lineno,
-                                    f"ModelNew.forward stores into {ast.unparse(target.value)}[...]: caching results across "
-                                    "calls is not allowed; recompute the output on every call.")
+                                    f"ModelNew.forward stores into {ast.unparse(target.value)}[...]: caching results "
+                                    "across calls is not allowed; recompute the output on every call.")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "id":
             yield Violation("output-cache", node.lineno,
                             "Do not key anything on id(...) of the inputs: results must not be cached across calls.")
         elif isinstance(node, ast.Return) and node.value is not None and _is_self_attr(node.value) \
                 and node.value.attr in written:
             yield Violation("output-cache", node.lineno,
-                            f"ModelNew.forward returns {ast.unparse(node.value)}, state kept from an earlier call: return a "
-                            "tensor your kernel wrote in this call.")
+                            f"ModelNew.forward returns {ast.unparse(node.value)}, state kept from an earlier call: "
+                            "return a tensor your kernel wrote in this call.")
 
 
 def _is_allocation(ctx: CandidateContext, node: ast.AST) -> bool:

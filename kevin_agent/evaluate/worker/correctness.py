@@ -124,7 +124,8 @@ def compare_output(index: int, expected: Any, got: Any) -> OutputCheck:
         problem = None if same else f"output {index} is {got!r}, expected {expected!r}"
         return OutputCheck(index, problem, total=1, mismatched=0 if same else 1)
     if not isinstance(got, torch.Tensor):
-        return OutputCheck(index, f"output {index} is {type(got).__name__}, expected a tensor ({tensor_desc(expected)})")
+        return OutputCheck(index, f"output {index} is {type(got).__name__}, "
+                                  f"expected a tensor ({tensor_desc(expected)})")
     atol, rtol = tolerance_for(expected.dtype)
     check = OutputCheck(index, atol=atol, rtol=rtol, total=expected.numel())
     if got.shape != expected.shape or got.dtype != expected.dtype:

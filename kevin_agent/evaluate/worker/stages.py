@@ -65,8 +65,9 @@ def _evaluate_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, loaded: t
     verdict = _correctness(ctx, task, reference, candidate)
     if verdict is not None:
         return verdict
-    verdict = check_provenance(ctx, ProvenanceInputs(task, reference, candidate, baseline.reference_kernels,
-                                                     ctx.extensions, lambda: _hints(job.candidate_source, job.task_source)))
+    verdict = check_provenance(ctx, ProvenanceInputs(
+        task, reference, candidate, baseline.reference_kernels, ctx.extensions,
+        lambda: _hints(job.candidate_source, job.task_source)))
     if verdict is not None:
         return verdict  # rejected by what ran on the GPU: no timing spent
     if ctx.settings.timing_trials <= 0:
