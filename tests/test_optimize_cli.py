@@ -243,9 +243,9 @@ def test_live_display_shows_tokens_queue_and_best():
                   CandidateGenerated("r1", Candidate(1, 1, id="t1.1", tokens=80)),
                   TurnDone("r1", 1, 2.5)):
         live(event)
-    buffer = io.StringIO()
-    Console(file=buffer, width=200).print(live._render())
-    text = buffer.getvalue()
+    rendered = io.StringIO()
+    Console(file=rendered, width=200).print(live._render())
+    text = rendered.getvalue()
     assert "turn 1 (0-3)" in text and "compile queue 1" in text and "GPU queue 2" in text
     assert "best 2.50x" in text and "1234" in text and "80" in text and "evaluating" in text
     verdict = Verdict.from_dict(VERDICTS["quick"])
