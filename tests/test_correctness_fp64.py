@@ -169,7 +169,7 @@ def test_judge_fp64_needs_a_float64_output_of_the_same_shape():
     x = torch.randn(8)
     assert judge_fp64(x, x, x) is None  # float32 "reference": not a float64 run
     assert judge_fp64(x, x, x.double()[:4]) is None
-    assert judge_fp64(x, x, x.double()).ok
+    assert getattr(judge_fp64(x, x, x.double()), "ok", False)
 
 
 def errors_of(multiple: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -214,7 +214,7 @@ def test_product_reduction_at_the_floor_of_fp32_is_not_constant():
 
 def test_tiny_but_ordinary_values_still_flag_a_constant():
     reference = torch.randn(64) * 1e-6
-    assert "constant" in constant_problem(0, reference, torch.zeros(64))
+    assert "constant" in (constant_problem(0, reference, torch.zeros(64)) or "")
 
 
 def test_reference_varying_beyond_the_tolerance_flags_a_constant_inside_it():

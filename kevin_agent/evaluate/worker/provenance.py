@@ -18,9 +18,10 @@ Runs inside the isolated worker process only (it executes model-written code).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Optional
 
 from kevin_agent import feedback
 from kevin_agent.data import Stage, Verdict
@@ -259,7 +260,7 @@ def _no_listing(extensions: list[ExtensionKernels]) -> str:
             + (f" ({notes})" if notes else "") + ", so none of the GPU work can be your own")
 
 
-def _unavailable(ctx: Any, reason: str) -> None:
+def _unavailable(ctx: Any, reason: str) -> Optional[Verdict]:
     d = ctx.details
     d.suspicious = True
     d.suspicious_reasons = list(d.suspicious_reasons) + [f"provenance not checked: {reason}"]

@@ -16,6 +16,7 @@ from typing import Any
 from kevin_agent import feedback
 from kevin_agent.data import Stage, Verdict, VerdictDetails, flag_untrusted
 from kevin_agent.evaluate.protocol import Baseline, WorkerJob, WorkerReply
+from kevin_agent.evaluate.provenance.policy import profile_feedback
 from kevin_agent.evaluate.worker.baseline import measure_baseline
 from kevin_agent.evaluate.worker.context import Context, TaskProblem, environment_details, load_reference
 from kevin_agent.evaluate.provenance.policy import profile_feedback
@@ -135,7 +136,7 @@ def confine_candidate(job: WorkerJob, cache_dir: Path) -> str:
     start = current_report()
     entries = list(job.build_entries) or [str(entry_dir(cache_dir, ""))]  # no list: every entry
     policy = worker_policy(job.result_path.parent, entries, protect=job.protect, devices=granted_devices())
-    report = confine(policy, mode)  # type: ignore[arg-type]
+    report = confine(policy, mode)  # type: ignore[arg-type]  # checked by confine
     applied = report.applied
     if start is not None and start.applied != applied:
         applied += f" (start-up: {start.applied})"

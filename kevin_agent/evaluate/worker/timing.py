@@ -114,7 +114,7 @@ class Clock:
     stream: Any  # the stream timing records on (the worker's current stream at start)
 
     @classmethod
-    def from_captured(cls, captured: Any, stream: Any) -> "Clock":
+    def from_captured(cls, captured: Any, stream: Any) -> Clock:
         return cls(
             event_class=captured.get("torch.cuda.Event"),
             record=captured.get("torch.cuda.Event.record"),
