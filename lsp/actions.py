@@ -10,6 +10,7 @@ from lsprotocol import types
 from kevin_agent.errors import UserInputError
 from kevin_agent.lsp.documents import Scan, class_name_near, enclosing
 from kevin_agent.lsp.lenses import OPTIMIZE, unavailable_reason
+from kevin_agent.task import ModuleClass, input_stub
 
 
 def rewrite_title(name: str) -> str:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
+from build_cache_support import shared_build_cache_dir
 from fake_vllm_server import fake_server  # noqa: F401 - a fixture: tests take it by name
 
 # Compiling CUDA without a GPU needs an explicit architecture (torch looks for a device otherwise).
@@ -25,13 +25,6 @@ if not os.environ.get("CUDA_HOME") and _nvcc:
 # that on a busy one: the product's 300 s build limit would stop it. Tests guard against hangs with
 # pytest-timeout instead (children inherit this; a test of the limit itself passes its own).
 os.environ.setdefault("KEVIN_COMPILE_TIMEOUT_S", "1500")
-
-
-def shared_build_cache_dir() -> Path:
-    """The one build cache of every test that really compiles (nvcc): the precompiled header and
-    each fixture's build are paid once per machine, not once per test. Outside pytest's rotating
-    basetemp (concurrent sessions prune it); content-addressed and locked, so sharing is safe."""
-    return Path(os.environ.get("KEVIN_TEST_BUILD_CACHE") or Path(tempfile.gettempdir()) / "kevin-test-build-cache")
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,6 @@ from kevin_agent import feedback
 from kevin_agent.evaluate.build.cache import BuildCache, BuildResult
 from kevin_agent.evaluate.build.compile import CompileOutcome
 
-
 BARRIER_GUARD_S = 600.0  # a guard only: the other node's build starts within seconds
 
 

@@ -405,7 +405,8 @@ ACCEPTED: list[tuple[str, str]] = [
         forward="return scale.scale_cuda(x, self.stream.cuda_stream)")),
     ("at::ceil_div in the wrapper", make(cuda=cuda_with(
         host="    const int blocks = at::ceil_div(n, 256);\n    (void)blocks;"))),
-    ("get_inputs in the candidate", make(tail="def get_inputs():\n    return [torch.randn(16).sum(0, keepdim=True) * 2]")),
+    ("get_inputs in the candidate",
+     make(tail="def get_inputs():\n    return [torch.randn(16).sum(0, keepdim=True) * 2]")),
     ("flags real kernels use", make(load_extra=',\n    extra_cflags=["-O3", "-ffast-math", "-DNDEBUG"],\n'
                                    '    extra_cuda_cflags=["-O3", "--use_fast_math", "-Xptxas -v", "-lineinfo",'
                                    ' "-arch=sm_90a", "-gencode arch=compute_90,code=sm_90", "-std=c++17",'

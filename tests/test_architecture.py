@@ -35,7 +35,8 @@ LAYERS: dict[str, int] = {
     # 4: the loop
     "kevin_agent.loop": 4,
     # 5: the run service and what works on stored runs
-    "kevin_agent.runs": 5, "kevin_agent.accept": 5, "kevin_agent.benchmark": 5, "kevin_agent.report": 5, "kevin_agent.export": 5,
+    "kevin_agent.runs": 5, "kevin_agent.accept": 5, "kevin_agent.benchmark": 5, "kevin_agent.report": 5,
+    "kevin_agent.export": 5,
     "kevin_agent.progress": 5,
     # 6: the faces
     "kevin_agent.cli": 6, "kevin_agent.__main__": 6, "kevin_agent.commands": 6, "kevin_agent.lsp": 6,

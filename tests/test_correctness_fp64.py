@@ -9,8 +9,13 @@ import pytest
 import torch
 
 from kevin_agent.evaluate.worker.correctness import (
-    CorrectnessHarness, Fp64Reference, compare_output, constant_problem, judge_fp64,
-    run_correctness, to_float64,
+    CorrectnessHarness,
+    Fp64Reference,
+    compare_output,
+    constant_problem,
+    judge_fp64,
+    run_correctness,
+    to_float64,
 )
 
 M, K, N = 256, 4096, 256

@@ -208,10 +208,10 @@ def test_record_verdicts_writes_what_replay_reads(tmp_path):
 @pytest.mark.nvcc
 @pytest.mark.timeout(3600)  # four cold compiles on a busy 2-core machine
 def test_every_answer_compiles_except_the_one_meant_not_to():
+    from build_cache_support import shared_build_cache_dir
+
     from kevin_agent.evaluate.api import EvalSettings
     from kevin_agent.evaluate.evaluator import CudaEvaluator
-
-    from conftest import shared_build_cache_dir
 
     cache = shared_build_cache_dir()
     task = load_task(f"{EXAMPLES / 'fused_gelu.py'}::FusedGELU")

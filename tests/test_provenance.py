@@ -18,7 +18,12 @@ from kevin_agent.evaluate.provenance import demangle as D
 from kevin_agent.evaluate.provenance import names as N
 from kevin_agent.evaluate.provenance.attribution import OwnKernels, attribute, kernel_rows
 from kevin_agent.evaluate.provenance.policy import (
-    PARTIAL, STRICT, ProvenanceResult, judge, kernel_table, profile_feedback,
+    PARTIAL,
+    STRICT,
+    ProvenanceResult,
+    judge,
+    kernel_table,
+    profile_feedback,
 )
 from kevin_agent.evaluate.provenance.symbols import ExtensionKernels, fatbin_kernels, list_kernels, stub_kernels
 from kevin_agent.evaluate.provenance.trace import (

@@ -51,7 +51,7 @@ def test_kernelbench_adversarial_kernels_are_rejected_statically(path):
 
 
 def _cache() -> Path:
-    from conftest import shared_build_cache_dir
+    from build_cache_support import shared_build_cache_dir
 
     return shared_build_cache_dir()
 

@@ -34,9 +34,6 @@ from kevin_agent.events import (
     VerdictReady,
     ignore_events,
 )
-from kevin_agent.run_record import RunRecord
-from kevin_agent.loop.trajectories import Trajectory, ResumePoint, beam_due, best_of, candidate_id, fork_beam
-from kevin_agent.loop.trajectories import resume_point
 from kevin_agent.loop.runtime import (
     StepFailed,
     complete_cancellable,
@@ -45,7 +42,15 @@ from kevin_agent.loop.runtime import (
     token_counter,
 )
 from kevin_agent.loop.settings import RunSettings
-from kevin_agent.loop.trajectories import Lane, ResumePoint, beam_due, best_of, candidate_id, fork_beam, resume_point
+from kevin_agent.loop.trajectories import (
+    ResumePoint,
+    Trajectory,
+    beam_due,
+    best_of,
+    candidate_id,
+    fork_beam,
+    resume_point,
+)
 from kevin_agent.run_record import RunRecord
 from kevin_agent.store import RunStore
 

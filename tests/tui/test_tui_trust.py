@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import git
-from kevin_agent.tui.screens.candidate import CandidateScreen
 from textual.widgets import DataTable
 from trust_fixtures import write_trust_replay
 from tui_support import make_app, notifications, start_run, wait_for
 
 from kevin_agent.evaluate.replay import ReplayEvaluator
+from kevin_agent.tui.screens.candidate import CandidateScreen
 
 # trajectory 0: 5x flagged faster than the speed of light, then an older stored escaping-work flag
 PLAN = {(0, 0): "flag-beyond_speed_of_light", (1, 0): "slow", (0, 1): "old-escaped_stream", (1, 1): "quick"}

@@ -189,7 +189,7 @@ def pch_flags(extra_cflags: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(c for c in chosen if c)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _toolchain_cached(arch: str, cuda_home: str) -> Toolchain:
     import torch
     from torch.utils import cpp_extension

@@ -17,7 +17,6 @@ from pathlib import Path
 import torch
 
 from kevin_agent.evaluate.protocol import READY_LINE, BadJob, WorkerExit, WorkerJob, WorkerReply
-from kevin_agent.evaluate.worker.stages import TaskProblem, evaluate_job
 from kevin_agent.evaluate.worker.guards import OWN_MODULES, capture_references, with_module_state
 from kevin_agent.evaluate.worker.provenance import warm_profiler
 from kevin_agent.evaluate.worker.stages import TaskProblem, evaluate_job

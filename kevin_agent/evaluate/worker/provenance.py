@@ -27,7 +27,13 @@ from kevin_agent import feedback
 from kevin_agent.data import Stage, Verdict
 from kevin_agent.evaluate.provenance.attribution import OwnKernels
 from kevin_agent.evaluate.provenance.policy import (
-    DEFAULT_POLICY, POLICIES, ProvenanceResult, generated_code_message, judge, unchecked_message, with_reason,
+    DEFAULT_POLICY,
+    POLICIES,
+    ProvenanceResult,
+    generated_code_message,
+    judge,
+    unchecked_message,
+    with_reason,
 )
 from kevin_agent.evaluate.provenance.profile import HEAD_PADDING, IncompleteProfile, ProfilerHandles, profile_forward
 from kevin_agent.evaluate.provenance.symbols import ExtensionKernels, list_kernels, source_kernels

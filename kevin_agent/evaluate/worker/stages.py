@@ -19,19 +19,34 @@ from kevin_agent.evaluate.protocol import Baseline, WorkerJob, WorkerReply
 from kevin_agent.evaluate.provenance.policy import profile_feedback
 from kevin_agent.evaluate.worker.baseline import measure_baseline
 from kevin_agent.evaluate.worker.context import Context, TaskProblem, environment_details, load_reference
-from kevin_agent.evaluate.provenance.policy import profile_feedback
 from kevin_agent.evaluate.worker.correctness import (
-    CorrectnessHarness, Fp64Reference, RefusedOutput, check_outputs, keep_output, refill_inputs, run_correctness,
+    CorrectnessHarness,
+    Fp64Reference,
+    RefusedOutput,
+    check_outputs,
+    keep_output,
+    refill_inputs,
+    run_correctness,
     to_device,
 )
 from kevin_agent.evaluate.worker.guards import CapturedReferences, snapshot
 from kevin_agent.evaluate.worker.loader import (
-    describe_exception, install_build_hook, load_module_from_file, raised_by_generated_code,
+    describe_exception,
+    install_build_hook,
+    load_module_from_file,
+    raised_by_generated_code,
 )
 from kevin_agent.evaluate.worker.provenance import ProvenanceInputs, check_provenance, generated_code_rejection
 from kevin_agent.evaluate.worker.speed_of_light import PeakRates, load_or_measure_peaks, sol_ms, timing_flags
 from kevin_agent.evaluate.worker.timing import (
-    TIMING_POOL_SETS, Clock, Rotation, Timer, escape_reason, escape_trials, make_flush, stats_from_samples,
+    TIMING_POOL_SETS,
+    Clock,
+    Rotation,
+    Timer,
+    escape_reason,
+    escape_trials,
+    make_flush,
+    stats_from_samples,
 )
 
 __all__ = ["TaskProblem", "evaluate_job"]
