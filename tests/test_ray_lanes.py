@@ -238,8 +238,11 @@ def test_failing_the_queued_candidates_never_waits_on_an_empty_queue(tmp_path, m
     # another lane's thread took the last item between a check and a take: never block
     monkeypatch.setattr(evaluator._queue, "empty", lambda: False)
     done = threading.Event()
-    threading.Thread(target=lambda: (evaluator._fail_queued(EnvironmentProblem("gone")), done.set()),
-                     daemon=True).start()
+    def fail_then_say() -> None:
+        evaluator._fail_queued(EnvironmentProblem("gone"))
+        done.set()
+
+    threading.Thread(target=fail_then_say, daemon=True).start()
     assert done.wait(120), "_fail_queued blocked on an empty queue"  # it returns at once
     monkeypatch.undo()
     item = queued_item()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -318,7 +318,7 @@ def test_profiler_entry_points_are_watched():
         torch.profiler.profile.__enter__ = lambda self: self  # type: ignore[method-assign]  # the patch under test
         assert "torch.profiler.profile.__enter__" in guards.find_patched(captured)
     finally:
-        torch.profiler.profile.__enter__ = original
+        torch.profiler.profile.__enter__ = original  # type: ignore[method-assign]  # restoring the real one
 
 
 # ---------------------------------------------------------------- generated code stopped before it ran
@@ -351,7 +351,7 @@ def test_an_error_out_of_torch_compile_is_recognised_as_generated_code():
     except OSError as plain:
         assert not raised_by_generated_code(plain)
     try:  # torch.manual_seed is wrapped by dynamo's disable decorator: not generated code
-        torch.manual_seed("not a seed")  # type: ignore[arg-type]
+        torch.manual_seed("not a seed")  # a wrong argument: dynamo's wrapper raises
     except Exception as seeded:
         assert not raised_by_generated_code(seeded)
 
@@ -363,12 +363,12 @@ def test_torch_compile_stopped_by_the_sandbox_gets_the_provenance_rule(tmp_path,
     from kevin_agent.evaluate.worker import stages
 
     ctx = make_ctx(tmp_path, policy)
-    verdict = stages._failure(ctx, Stage.LOAD, _compile_error())
+    verdict = stages._failure(cast(Any, ctx), Stage.LOAD, _compile_error())
     assert verdict.stage is Stage.PROVENANCE and not verdict.ok and not verdict.correct
     assert "generated code" in verdict.message and f"policy {policy}" in verdict.message
     assert "torch.compile" in verdict.message and "Permission denied" in verdict.message
     assert ctx.details.provenance_ok is False and ctx.details.provenance_policy == policy
-    plain = stages._failure(make_ctx(tmp_path), Stage.LOAD, ValueError("bad shape"))
+    plain = stages._failure(cast(Any, make_ctx(tmp_path)), Stage.LOAD, ValueError("bad shape"))
     assert plain.stage is Stage.LOAD and "raised an error at run time" in plain.message
 
 

@@ -250,7 +250,7 @@ def test_median_interval_narrows_with_trials_and_adaptive_timing_stops_when_stab
             return [1.0 + rng.uniform(-self.noise, self.noise) for _ in range(trials)]
 
     steady = Steady(0.001)
-    assert len(steady.time_adaptive(None, (), cap=100, warmup=0)) == 20
+    assert len(steady.time_adaptive(lambda: None, (), cap=100, warmup=0)) == 20
     noisy = Steady(0.5)  # never within +-1% of the median: the cap ends it
     assert len(noisy.time_adaptive(lambda: None, (), cap=100, warmup=0)) == 100
 
@@ -474,9 +474,7 @@ def test_a_function_rewritten_in_place_is_caught():
     import types
 
     module = types.ModuleType("kevin_judge_probe")
-    module.helper = _judge_helper
-    module.TOLERANCE = 1e-4
-    module.RULES = {"strict": "own kernels only"}
+    module.__dict__.update(helper=_judge_helper, TOLERANCE=1e-4, RULES={"strict": "own kernels only"})
     sys.modules["kevin_judge_probe"] = module
     try:
         captured = guards.capture_references(paths=(), classes=(), own_modules=("kevin_judge_probe",))
@@ -492,8 +490,8 @@ def test_a_function_rewritten_in_place_is_caught():
             assert guards.find_patched(captured) == ["kevin_judge_probe.helper"]
         finally:
             _judge_helper.__defaults__ = None
-        module.TOLERANCE = 1.0
-        module.RULES["strict"] = "anything goes"
+        module.__dict__["TOLERANCE"] = 1.0
+        module.__dict__["RULES"]["strict"] = "anything goes"
         assert guards.find_patched(captured) == ["kevin_judge_probe.RULES", "kevin_judge_probe.TOLERANCE"]
     finally:
         del sys.modules["kevin_judge_probe"]
@@ -532,7 +530,8 @@ def test_settings_changed_behind_the_judges_back_are_caught(tmp_path):
     from kevin_agent.evaluate.worker.context import Context
 
     captured = guards.capture_references(paths=(), classes=(), own_modules=())
-    ctx = Context(captured, None, "cpu", EvalSettings(policy="strict"), VerdictDetails(), tmp_path / "c.py")
+    ctx = Context(captured, None, "cpu", EvalSettings(policy="strict"),  # type: ignore[arg-type]  # no clock needed
+                  VerdictDetails(), tmp_path / "c.py")
     assert ctx.patched() is None
     object.__setattr__(ctx.settings, "policy", "partial")  # found through gc, frozen or not
     assert "evaluation settings" in (ctx.patched() or "")

@@ -65,6 +65,7 @@ def test_default_cmd_finds_the_projects_venv_when_kevin_is_not_on_path(tmp_path,
                PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
                XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_DATA_HOME=str(tmp_path / "data"),
                XDG_STATE_HOME=str(tmp_path / "state"))
+    assert NVIM is not None
     done = subprocess.run([NVIM, "--headless", "-n", "-u", str(HERE / "venv.lua")],
                           cwd=repo, env=env, capture_output=True, text=True, timeout=800)
     seen = out.read_text().splitlines() if out.exists() else []

@@ -160,7 +160,7 @@ async def test_bad_endpoint_shows_a_notification_and_the_app_stays_alive(tmp_pat
     async with app.run_test(size=(80, 24)) as pilot:
         await start_run(pilot, script, backend="openai",
                         endpoint=f"http://127.0.0.1:{_closed_port()}/v1")
-        await wait_for(pilot, lambda: app.screen.status == "failed", what="failure")
+        await wait_for(pilot, lambda: getattr(app.screen, "status", None) == "failed", what="failure")
         assert any(n.startswith("Run failed") for n in notifications(app))
         assert "Run failed" in str(app.screen.query_one("#conclusion", Static).render())
         await pilot.press("escape")

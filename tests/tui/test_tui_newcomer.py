@@ -111,7 +111,7 @@ async def test_continue_a_cancelled_run_from_past_runs(tmp_path):
         await pilot.press("c")  # continue the selected (only) run
         await wait_for(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.request is not None
                        and app.screen.request.resume == RUN_ID, what="resumed run screen")
-        await wait_for(pilot, lambda: app.screen.status == "done", what="resumed run done")
+        await wait_for(pilot, lambda: getattr(app.screen, "status", None) == "done", what="resumed run done")
         assert any(n.startswith("Resumed") for n in notifications(app))
         after = store.load_run(RUN_ID)
         assert after.status == "done" and len(after.candidates) == 6
