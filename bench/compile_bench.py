@@ -106,8 +106,8 @@ def print_table(result: dict) -> None:
     for row in result["rows"]:
         cells = [row.get(c) for c in cols]
         print(" | ".join(f"{c:.2f}" if isinstance(c, float) else str(c) for c in cells))
-    print(f"\nPCH one-time: {result['pch_one_time_s']:.1f} s; median cold split: {result['median_split_cold_s']:.1f} s; "
-          f"CPUs: {result['cpus']}")
+    print(f"\nPCH one-time: {result['pch_one_time_s']:.1f} s; "
+          f"median cold split: {result['median_split_cold_s']:.1f} s; CPUs: {result['cpus']}")
 
 
 def main() -> int:
@@ -117,7 +117,8 @@ def main() -> int:
     parser.add_argument("--skip-whole", action="store_true", help="do not time the whole path")
     parser.add_argument("--out", type=Path, help="write the results as JSON")
     args = parser.parse_args()
-    names = args.only.split(",") if args.only else sorted(p.name[: -len("_candidate.py")] for p in FIXTURES.glob("*_candidate.py"))
+    names = (args.only.split(",") if args.only
+             else sorted(p.name[: -len("_candidate.py")] for p in FIXTURES.glob("*_candidate.py")))
     result = bench(names, args.skip_stock, args.skip_whole)
     print_table(result)
     if args.out:

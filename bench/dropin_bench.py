@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -36,8 +37,9 @@ print(f"first-use {time.perf_counter() - started:.3f}")
 """
 
 
-def first_import(kernel: str, work: Path) -> dict[str, object]:
+def first_import(kernel: str, work: Path) -> dict[str, Any]:
     from accept_support import MODULE, fixture_candidate, make_record, make_repo
+
     from kevin_agent.accept import accept, plan_accept
 
     root = work / kernel

@@ -26,8 +26,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -98,7 +99,7 @@ def measure_one(ident: str, task_src: str, cand_src: str, policy: str, cache_dir
     build = compile_candidate(cand_src, BuildCache(cache_dir))
     if not build.ok:
         return row | {"error": "build failed: " + build.message[:500]}
-    paths = [r.module_path for r in build.results]
+    paths = [r.module_path for r in build.results if r.module_path]  # all of them: the build is ok
     row["list_kernels_s"], _ = timed(lambda: [list_kernels(p) for p in paths], repeat=3)
     loaded: list[Any] = []
     install_build_hook(cache_dir, None, loaded)
@@ -189,7 +190,8 @@ def main() -> int:
     return 0 if summary["max_per_candidate_s"] is not None and summary["max_per_candidate_s"] <= BUDGET_S else 1
 
 
-def _summary(rows: list[dict[str, Any]], warm_s: float, before: float, after: float, after_all: float) -> dict[str, Any]:
+def _summary(rows: list[dict[str, Any]], warm_s: float, before: float, after: float,
+             after_all: float) -> dict[str, Any]:
     good = [r for r in rows if "per_candidate_s" in r]
     totals = [r["per_candidate_with_reference_s"] for r in good]
     return {"candidates": len(rows), "measured": len(good), "errors": [r["id"] for r in rows if "error" in r],
@@ -200,15 +202,17 @@ def _summary(rows: list[dict[str, Any]], warm_s: float, before: float, after: fl
 
 
 def _table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
-    lines = ["| candidate | static | list kernels | profile candidate | profile reference | judge | total (with reference) "
-             "| forward | fp64 first trial | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| candidate | static | list kernels | profile candidate | profile reference | judge "
+             "| total (with reference) | forward | fp64 first trial | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['id']} | error: {r['error'][:80]} |||||||||")
             continue
         lines.append(f"| {r['id']} | {r['static_s'] * 1e3:.1f} ms | {r['list_kernels_s'] * 1e3:.1f} ms | "
                      f"{r['profile_candidate_s'] * 1e3:.0f} ms | {r['profile_reference_s'] * 1e3:.0f} ms | "
-                     f"{r['judge_s'] * 1e3:.1f} ms | {r['per_candidate_s']:.3f} s ({r['per_candidate_with_reference_s']:.3f} s) | "
+                     f"{r['judge_s'] * 1e3:.1f} ms | {r['per_candidate_s']:.3f} s "
+                     f"({r['per_candidate_with_reference_s']:.3f} s) | "
                      f"{r['forward_ms']:.3f} ms | {r['fp64_first_s'] * 1e3:.0f} ms | {r['verdict']} |")
     lines.append("")
     lines.append(f"max per candidate (with the reference profiled too): {summary['max_per_candidate_s']} s "

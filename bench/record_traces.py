@@ -29,8 +29,9 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -115,9 +116,11 @@ torch::Tensor scale(torch::Tensor x, double s) {
     auto y = torch::empty_like(x);
     auto stream = c10::cuda::getCurrentCUDAStream();
     if (x.scalar_type() == torch::kDouble) {
-        scale_kernel<double><<<blocks_for(x.numel()), 256, 0, stream>>>(x.data_ptr<double>(), y.data_ptr<double>(), s, x.numel());
+        scale_kernel<double><<<blocks_for(x.numel()), 256, 0, stream>>>(
+            x.data_ptr<double>(), y.data_ptr<double>(), s, x.numel());
     } else {
-        scale_kernel<float><<<blocks_for(x.numel()), 256, 0, stream>>>(x.data_ptr<float>(), y.data_ptr<float>(), (float)s, x.numel());
+        scale_kernel<float><<<blocks_for(x.numel()), 256, 0, stream>>>(
+            x.data_ptr<float>(), y.data_ptr<float>(), (float)s, x.numel());
     }
     return y;
 }
@@ -241,7 +244,8 @@ def scenarios(ext: Any, dev: torch.device) -> dict[str, tuple[Callable, tuple, C
         "own_styles": (own_styles, (a, xd, x4), None,
                        "every own kernel style: plain, template<float/double>, anonymous namespace, nested namespace "
                        "+ __launch_bounds__, extern C, cooperative groups, cub::BlockReduce; torch::zeros fills"),
-        "own_add": (lambda p, q: ext.add(p, q, False), (a, b), lambda p, q: p + q, "pure own kernel, torch::empty output"),
+        "own_add": (lambda p, q: ext.add(p, q, False), (a, b), lambda p, q: p + q,
+                    "pure own kernel, torch::empty output"),
         "own_add_zeros": (lambda p, q: ext.add(p, q, True), (a, b), lambda p, q: p + q,
                           "own kernel with a torch::zeros_like output (fill)"),
         "matmul_cublas_own_relu": (lambda p, q: ext.relu(torch.matmul(p, q)), (A, B),
@@ -249,8 +253,9 @@ def scenarios(ext: Any, dev: torch.device) -> dict[str, tuple[Callable, tuple, C
         "matmul_fp16_fallback": (lambda p, q: ext.token(torch.relu(torch.matmul(p, q)).float()), (Ah, Bh),
                                  lambda p, q: torch.relu(torch.matmul(p, q)).float(),
                                  "fp16 cuBLAS (nvjet) + torch relu + cast, own token kernel"),
-        "conv_cudnn_own_epilogue": (lambda t: ext.bias_relu(F.conv2d(t, conv.weight, None, padding=1), conv.bias), (x4,),
-                                    lambda t: torch.relu(conv(t)), "cuDNN conv without bias + own bias+relu epilogue"),
+        "conv_cudnn_own_epilogue": (lambda t: ext.bias_relu(F.conv2d(t, conv.weight, None, padding=1), conv.bias),
+                                    (x4,), lambda t: torch.relu(conv(t)),
+                                    "cuDNN conv without bias + own bias+relu epilogue"),
         "token_torch_fallback": (lambda t: ext.token(torch.relu(conv(t))), (x4,), lambda t: torch.relu(conv(t)),
                                  "full torch fallback plus a token own kernel"),
         "torch_compile_fallback": (lambda t: ext.token(compiled(t)), (small,), compiled_body,
@@ -271,13 +276,13 @@ def scenarios(ext: Any, dev: torch.device) -> dict[str, tuple[Callable, tuple, C
         "ref_cat_arange": (lambda t: torch.cat([t, t], 0) + torch.arange(t.shape[1], device=dev), (a,), None,
                            "reference-only names: cat, arange, add"),
         "ref_fft": (lambda t: torch.fft.rfft(t, dim=1).abs(), (a,), None, "reference-only names: cuFFT"),
-        "ref_sdpa": (lambda q: F.scaled_dot_product_attention(q, q, q), (rand(4, 8, 512, 64, dtype=torch.float16),), None,
-                     "reference-only names: scaled_dot_product_attention"),
+        "ref_sdpa": (lambda q: F.scaled_dot_product_attention(q, q, q), (rand(4, 8, 512, 64, dtype=torch.float16),),
+                     None, "reference-only names: scaled_dot_product_attention"),
         "ref_linear_bias": (lambda t: F.linear(t, A, small[:2048]), (A,), None, "reference-only names: addmm"),
         "ref_reductions": (lambda t: (t.sum(1), t.amax(0), t.mean(), torch.argmax(t, 1)), (a,), None,
                            "reference-only names: reductions"),
-        "ref_conv_bf16": (lambda t: F.conv2d(t, conv.weight.to(torch.bfloat16), None, padding=1), (x4.to(torch.bfloat16),),
-                          None, "reference-only names: bf16 conv"),
+        "ref_conv_bf16": (lambda t: F.conv2d(t, conv.weight.to(torch.bfloat16), None, padding=1),
+                          (x4.to(torch.bfloat16),), None, "reference-only names: bf16 conv"),
     }
 
 
@@ -302,7 +307,8 @@ def cuobjdump_functions(path: str) -> list[str] | str:
     if not os.path.exists(tool):
         return "cuobjdump not found"
     done = subprocess.run([tool, "-sass", path], capture_output=True, text=True, timeout=120)
-    names = sorted({line.split("Function :", 1)[1].strip() for line in done.stdout.splitlines() if "Function :" in line})
+    names = sorted({line.split("Function :", 1)[1].strip()
+                    for line in done.stdout.splitlines() if "Function :" in line})
     return names or (done.stderr.strip()[:2000] or "no functions")
 
 
@@ -332,8 +338,8 @@ def main() -> int:
     own = OwnKernels(kernels.kernels)
     timings["demangle_s"] = time.perf_counter() - start
     (args.out / "symbols.json").write_text(json.dumps(
-        {"ours": kernels.to_dict(), "demangled": own.demangled, "cuobjdump_sass_functions": cuobjdump_functions(so_path),
-         **env}, indent=1))
+        {"ours": kernels.to_dict(), "demangled": own.demangled,
+         "cuobjdump_sass_functions": cuobjdump_functions(so_path), **env}, indent=1))
 
     tiny = torch.zeros(32, device=dev)
     timings["launch_us_before_profiling"] = launch_rate(ext, tiny)
@@ -375,7 +381,8 @@ def record(name: str, fn: Callable, inputs: tuple, reference: Callable | None, a
     t2 = time.perf_counter()
     decisions = {}
     for policy in P.POLICIES:
-        result = P.judge(candidate, kernels.kernels, sum(a.calls for a in ref) if reference is not None else None, policy)
+        launches = sum(a.calls for a in ref) if reference is not None else None
+        result = P.judge(candidate, kernels.kernels, launches, policy)
         decisions[policy] = {"ok": result.ok, "reasons": result.reasons, "summary": result.summary,
                              "partial_would_accept": result.partial_would_accept, "own_share": result.own_share}
     t3 = time.perf_counter()

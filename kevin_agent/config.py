@@ -8,9 +8,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from kevin_agent.errors import UserInputError
 
@@ -169,11 +170,11 @@ def _convert(key: str, value: Any) -> Any:
     if key in _FLOATS:
         if isinstance(value, bool):
             raise ValueError("expected a number")
-        number = float(value)
-        if not math.isfinite(number) or number < 0 or (key == "timeout_s" and number == 0):
+        real = float(value)
+        if not math.isfinite(real) or real < 0 or (key == "timeout_s" and real == 0):
             raise ValueError("expected a positive number" if key == "timeout_s" else
                              "expected a number >= 0")
-        return number
+        return real
     if key in _BOOLS:
         if isinstance(value, bool):
             return value

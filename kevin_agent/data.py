@@ -12,7 +12,6 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-
 REPLAY_GPU_NAME = "replay"  # the gpu_name of recorded verdicts: never a measurement on this machine
 
 # Why the evaluator does not trust a result: stable names (exports, tools) -> a short label for people.

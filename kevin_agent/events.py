@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Union
+from typing import Union
 
 from kevin_agent.data import Candidate, Verdict
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from kevin_agent import atomic
-from kevin_agent.data import Message
-from kevin_agent.data import Verdict
+from kevin_agent.data import Message, Verdict
 from kevin_agent.errors import UserInputError
 from kevin_agent.run_record import RunRecord
 

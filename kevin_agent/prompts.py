@@ -7,11 +7,10 @@ reasoning; when the conversation would exceed the budget the earliest attempts a
 from __future__ import annotations
 
 import re
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
-from kevin_agent.data import Message
 from kevin_agent import feedback
-from kevin_agent.data import Candidate, Task, Verdict
+from kevin_agent.data import Candidate, Message, Task, Verdict
 from kevin_agent.evaluate.provenance.policy import DEFAULT_POLICY, PARTIAL, POLICY_PROMPTS, STRICT
 from kevin_agent.prompt_example import EXAMPLE_MODEL, EXAMPLE_MODEL_NEW
 

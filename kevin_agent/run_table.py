@@ -13,6 +13,7 @@ from kevin_agent.data import REPLAY_GPU_NAME, Candidate, TimingStats, Verdict, V
 from kevin_agent.run_record import RunRecord, RunSummary
 from kevin_agent.verdict_text import gpu_short, is_replayed, measured_label, untrusted_label
 
+
 def plural(count: int, word: str) -> str:
     """"1 turn", "4 turns", "1 trajectory", "2 trajectories"."""
     if count == 1:
@@ -106,9 +107,9 @@ def compare_times(kernel: Optional[TimingStats], baseline: Optional[TimingStats]
 def better_choice(details: VerdictDetails) -> str:
     """"kernel" when it beats the faster of eager and torch.compile beyond the timing noise;
     "tie" when it is level with it; else "torch.compile" or "eager", whichever is faster."""
-    baselines = [("eager", details.eager)] + ([("torch.compile", details.compiled)] if details.compiled else [])
     if details.kernel is None or details.eager is None:  # stored without timings: speedups only
         return _better_by_speedups(details.speedup_vs_eager, details.speedup_vs_compile)
+    baselines = [("eager", details.eager)] + ([("torch.compile", details.compiled)] if details.compiled else [])
     name, fastest = min(baselines, key=lambda item: item[1].median_ms)
     verdict = compare_times(details.kernel, fastest)
     return {"faster": "kernel", "tie": "tie"}.get(verdict, name)
@@ -125,7 +126,8 @@ def _better_by_speedups(speedup_vs_eager: Optional[float], speedup_vs_compile: O
 
 def tie_with(details: VerdictDetails) -> str:
     """The baseline a tied kernel is level with."""
-    if details.compiled is not None and details.eager is not None and details.compiled.median_ms < details.eager.median_ms:
+    compiled, eager = details.compiled, details.eager
+    if compiled is not None and eager is not None and compiled.median_ms < eager.median_ms:
         return "torch.compile"
     return "eager PyTorch"
 
@@ -191,7 +193,8 @@ def _conclusion_text(best_id: str, d: VerdictDetails, better: str, where: str) -
             return (f"Best kernel {best_id}: {_fmt(s_eager)} vs eager{where} (torch.compile was not timed, "
                     "so this is a win over eager only).")
         if better == "tie":
-            return f"The best kernel ({best_id}, {_fmt(s_eager)} vs eager) ties with eager PyTorch; keep the PyTorch module."
+            return (f"The best kernel ({best_id}, {_fmt(s_eager)} vs eager) ties with eager PyTorch; "
+                    "keep the PyTorch module.")
         return (f"The best kernel ({best_id}, {_fmt(s_eager)} vs eager) is not faster than eager PyTorch; "
                 "keep the PyTorch module.")
     if better == "kernel":

@@ -12,11 +12,11 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional
 
-from kevin_agent.data import Message
-from kevin_agent.data import Candidate, Task, Verdict
+from kevin_agent.data import Candidate, Message, Task, Verdict
 from kevin_agent.errors import EnvironmentProblem, UserInputError
 from kevin_agent.paths import find_repo_root
 from kevin_agent.run_record import RUN_STATUSES, RunRecord, RunSummary

@@ -10,8 +10,8 @@ from __future__ import annotations
 import functools
 import math
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from kevin_agent.data import Message
 

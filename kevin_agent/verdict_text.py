@@ -48,7 +48,7 @@ def untrusted_label(verdict: Verdict, short: bool = False) -> Optional[str]:
     return "not trusted: " + "; ".join(dict.fromkeys(parts))
 
 
-def replay_note(record: "RunRecord", conclusion: str = "") -> Optional[str]:
+def replay_note(record: RunRecord, conclusion: str = "") -> Optional[str]:
     """One line for a run whose verdicts were replayed, to show under its ``conclusion`` (None when
     they were measured here, or when the conclusion already says they were replayed)."""
     replayed = [v.details for _, v in record.candidates if v is not None and is_replayed(v.details)]

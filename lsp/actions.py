@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from lsprotocol import types
 
 from kevin_agent.errors import UserInputError
-from kevin_agent.task import ModuleClass, input_stub
 from kevin_agent.lsp.documents import Scan, class_name_near, enclosing
 from kevin_agent.lsp.lenses import OPTIMIZE, unavailable_reason
+from kevin_agent.task import ModuleClass, input_stub
 
 
 def rewrite_title(name: str) -> str:
@@ -96,4 +97,5 @@ def only_kinds(actions: list[types.CodeAction], only: Optional[Sequence[Any]]) -
     if not only:
         return actions
     wanted = [getattr(kind, "value", kind) for kind in only]
-    return [a for a in actions if any(getattr(a.kind, "value", a.kind).startswith(k) for k in wanted)]
+    return [a for a in actions
+            if a.kind is not None and any(str(getattr(a.kind, "value", a.kind)).startswith(k) for k in wanted)]

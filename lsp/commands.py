@@ -17,9 +17,9 @@ from pygls.exceptions import JsonRpcException
 from pygls.uris import from_fs_path
 
 from kevin_agent.errors import KevinError, UserInputError
-from kevin_agent.task import task_from_source
 from kevin_agent.lsp.documents import uri_path
 from kevin_agent.lsp.runs import RunState
+from kevin_agent.task import task_from_source
 
 if TYPE_CHECKING:
     from kevin_agent.accept import AcceptPlan
@@ -61,7 +61,7 @@ def cancel(ls, uri: str, class_name: str) -> dict[str, Any]:
     return {"cancelled": ls.runs.cancel(uri, class_name)}
 
 
-def finished_record(ls, uri: str, class_name: str) -> "RunRecord":
+def finished_record(ls, uri: str, class_name: str) -> RunRecord:
     """The record of the class's finished run: the one in memory, else the newest stored one."""
     path = _file_path(uri)
     state = ls.runs.get(uri, class_name)
@@ -82,13 +82,13 @@ def finished_record(ls, uri: str, class_name: str) -> "RunRecord":
     raise UserInputError(f"no finished Kevin run for {class_name}: run kevin.optimize first")
 
 
-def plan_for(ls, uri: str, class_name: str) -> "AcceptPlan":
+def plan_for(ls, uri: str, class_name: str) -> AcceptPlan:
     from kevin_agent.accept import plan_accept
 
     return plan_accept(finished_record(ls, uri, class_name))
 
 
-def _off_loop(fn: Any, *args: Any) -> "asyncio.Future[Any]":
+def _off_loop(fn: Any, *args: Any) -> asyncio.Future[Any]:
     """Blocking work (store reads, git, file writes) on a thread, so the event loop keeps serving."""
     return asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
@@ -119,7 +119,7 @@ async def show_diff(ls, uri: str, class_name: str) -> dict[str, Any]:
     return {"diff": str(diff_path), "files": [str(p) for p in previews]}
 
 
-def _workspace_edit(plan: "AcceptPlan") -> types.WorkspaceEdit:
+def _workspace_edit(plan: AcceptPlan) -> types.WorkspaceEdit:
     """CreateFile + a whole-text insert for every file accepting writes."""
     changes: list[Any] = []
     for path in sorted(plan.files):
@@ -133,7 +133,7 @@ def _workspace_edit(plan: "AcceptPlan") -> types.WorkspaceEdit:
     return types.WorkspaceEdit(document_changes=changes)
 
 
-def _settle_editor_files(plan: "AcceptPlan", absent_before: set[Path]) -> None:
+def _settle_editor_files(plan: AcceptPlan, absent_before: set[Path]) -> None:
     """Files the editor just created but left empty or unsaved are written by the core instead."""
     for path in absent_before:
         if path.is_file() and path.stat().st_size == 0:
@@ -142,9 +142,10 @@ def _settle_editor_files(plan: "AcceptPlan", absent_before: set[Path]) -> None:
 
 async def accept(ls, uri: str, class_name: str) -> dict[str, Any]:
     """Files through workspace/applyEdit, then the commit of exactly them through the core."""
-    from kevin_agent.accept import accept as commit_plan, preflight
+    from kevin_agent.accept import accept as commit_plan
+    from kevin_agent.accept import preflight
 
-    def checked_plan() -> "AcceptPlan":
+    def checked_plan() -> AcceptPlan:
         plan = plan_for(ls, uri, class_name)
         preflight(plan)  # git status: refusals before the editor writes anything
         return plan

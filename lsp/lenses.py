@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 from lsprotocol import types
 
 from kevin_agent.accept import AcceptedKernel
-from kevin_agent.task import ModuleClass
 from kevin_agent.lsp.runs import RunState
+from kevin_agent.task import ModuleClass
 
 OPTIMIZE, CANCEL, ACCEPT, SHOW_DIFF, DISCARD, OPEN_KERNEL = (
     "kevin.optimize", "kevin.cancel", "kevin.accept", "kevin.showDiff", "kevin.discard",

@@ -15,17 +15,17 @@ from typing import Any, Optional, Protocol
 from lsprotocol import types
 
 from kevin_agent.events import Event, RunDone, RunFailed, VerdictReady
+from kevin_agent.lsp.runs import RunState
 from kevin_agent.progress import verdict_line
 from kevin_agent.run_table import better_choice, tie_with
 from kevin_agent.verdict_text import is_replayed, measured_label
-from kevin_agent.lsp.runs import RunState
-
 
 
 class RunDisplay(Protocol):
     """What the reporter needs from the language server (``server.KevinServer``)."""
 
-    work_done_progress: Any
+    @property
+    def work_done_progress(self) -> Any: ...
 
     def call_in_loop(self, fn: Any, *args: Any) -> None: ...
     def log(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None: ...

@@ -9,9 +9,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Optional, Protocol
 
 from kevin_agent.data import Candidate, Task, Verdict
 from kevin_agent.errors import KevinError, UserInputError
@@ -123,7 +124,7 @@ class RunManager:
         self._listener = listener
         self._lock = threading.Lock()
         self._states: dict[tuple[str, str], RunState] = {}
-        self._queue: "queue.Queue[Optional[RunState]]" = queue.Queue()
+        self._queue: queue.Queue[Optional[RunState]] = queue.Queue()
         self._worker: Optional[threading.Thread] = None
 
     # -- queries ---------------------------------------------------------------------------------

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
@@ -18,7 +19,8 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.uris import from_fs_path
 
-from kevin_agent.lsp import commands, settings as lsp_settings
+from kevin_agent.lsp import commands
+from kevin_agent.lsp import settings as lsp_settings
 from kevin_agent.lsp.documents import ClassIndex, repo_root, uri_path
 from kevin_agent.lsp.reporting import ACCEPT_ACTION, DIFF_ACTION, DISCARD_ACTION, Reporter, result_message
 from kevin_agent.lsp.runs import RunManager, RunState

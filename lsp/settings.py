@@ -6,8 +6,9 @@ A bad value never stops the server: it is named in one message and its default i
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 from kevin_agent.config import BACKEND_NAMES, POLICIES, SANDBOX_MODES
 

@@ -49,4 +49,11 @@ tar czhf "$rg_cache/ripgrep-v13.0.0-10-$(uname -m)-unknown-linux-musl.tar.gz" -C
   npm_config_yes=true npm ci --unsafe-perm --no-audit --no-fund --loglevel=error
 )
 
+# CPU checks first (they catch rot in code no CPU test runs, tests/gpu included): ruff over the
+# whole tree, then mypy over kevin_agent, lsp, tui, tests and bench ([tool.mypy] in pyproject.toml;
+# scripts/typecheck.py maps lsp/ and tui/ to kevin_agent.lsp / kevin_agent.tui). Either failing
+# fails the run before any test starts.
+.venv/bin/python -m ruff check .
+.venv/bin/python scripts/typecheck.py
+
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

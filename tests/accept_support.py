@@ -73,4 +73,4 @@ def make_record(origin: Optional[Path], code: str, verdict: Optional[Verdict] = 
 def committed_paths(repo: git.Repo, rev: str = "HEAD") -> set[str]:
     commit = repo.commit(rev)
     parent = commit.parents[0]
-    return {d.b_path or d.a_path for d in parent.diff(commit)}
+    return {str(d.b_path or d.a_path) for d in parent.diff(commit)}

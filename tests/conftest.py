@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
+from build_cache_support import shared_build_cache_dir
+from fake_vllm_server import fake_server  # noqa: F401 - a fixture: tests take it by name
 
 # Compiling CUDA without a GPU needs an explicit architecture (torch looks for a device otherwise).
 os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
-if not os.environ.get("CUDA_HOME") and shutil.which("nvcc"):
-    _home = os.path.dirname(os.path.dirname(os.path.realpath(shutil.which("nvcc"))))
+_nvcc = shutil.which("nvcc")
+if not os.environ.get("CUDA_HOME") and _nvcc:
+    _home = os.path.dirname(os.path.dirname(os.path.realpath(_nvcc)))
     # /usr/local/bin/nvcc may be a wrapper script: only a directory with the headers is a toolkit
     if not os.path.isfile(os.path.join(_home, "include", "cuda_runtime.h")) and os.path.isdir("/usr/local/cuda"):
         _home = "/usr/local/cuda"
@@ -23,13 +25,6 @@ if not os.environ.get("CUDA_HOME") and shutil.which("nvcc"):
 # that on a busy one: the product's 300 s build limit would stop it. Tests guard against hangs with
 # pytest-timeout instead (children inherit this; a test of the limit itself passes its own).
 os.environ.setdefault("KEVIN_COMPILE_TIMEOUT_S", "1500")
-
-
-def shared_build_cache_dir() -> Path:
-    """The one build cache of every test that really compiles (nvcc): the precompiled header and
-    each fixture's build are paid once per machine, not once per test. Outside pytest's rotating
-    basetemp (concurrent sessions prune it); content-addressed and locked, so sharing is safe."""
-    return Path(os.environ.get("KEVIN_TEST_BUILD_CACHE") or Path(tempfile.gettempdir()) / "kevin-test-build-cache")
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +45,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Deselect (not skip) tests that cannot apply here, so no skip is counted as a pass:
     ``gpu`` tests where there is no GPU, ``nogpu`` tests (about behaviour without one) where there is."""
     unwanted = "nogpu" if _has_cuda() else "gpu"
-    kept, dropped = [], []
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
     for item in items:
         (dropped if item.get_closest_marker(unwanted) else kept).append(item)
     if dropped:

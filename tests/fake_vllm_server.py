@@ -26,9 +26,10 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -86,7 +87,7 @@ def _shape_choice(response: dict[str, Any], max_tokens: int | None, stop: list[s
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: "_Server"
+    server: _Server
     protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
@@ -114,7 +115,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._error(401, "Unauthorized", "Unauthorized")
         return False
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         if not self._authorised():
             return
         if self.path.rstrip("/") == "/v1/models":
@@ -126,7 +127,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._error(404, f"Not Found: {self.path}", "NotFoundError")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
         if not self._authorised():
@@ -159,10 +160,11 @@ class _Handler(BaseHTTPRequestHandler):
         last_user = next((m.get("content", "") for m in reversed(messages)
                           if m.get("role") == "user"), "")
         picks = [fake.script.next_for(str(last_user)) for _ in range(int(body.get("n") or 1))]
-        if any(p is None for p in picks):
+        chosen = [p for p in picks if p is not None]
+        if len(chosen) < len(picks):
             self._error(400, "fake server: no scripted response left for this request")
             return
-        first = picks[0]
+        first = chosen[0]
         if first.get("delay_s"):
             time.sleep(float(first["delay_s"]))
         if first.get("drop"):
@@ -177,7 +179,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         stop = body.get("stop") or []
         stop = [stop] if isinstance(stop, str) else list(stop)
-        choices = [_shape_choice(p, body.get("max_tokens"), stop) for p in picks]
+        choices = [_shape_choice(p, body.get("max_tokens"), stop) for p in chosen]
         prompt_tokens = sum(_count(str(m.get("content", ""))) for m in messages)
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -241,7 +243,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    fake: "FakeServer"
+    fake: FakeServer
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # dropped connections are scripted; keep test output clean
@@ -273,7 +275,7 @@ class FakeServer:
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host!s}:{port}/v1"
 
     def stop(self) -> None:
         self._httpd.shutdown()

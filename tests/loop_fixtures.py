@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kevin_agent import feedback
-from kevin_agent.data import Message
-from kevin_agent.data import Candidate, Stage, Task, TimingStats, Verdict, VerdictDetails
+from kevin_agent.data import Candidate, Message, Stage, Task, TimingStats, Verdict, VerdictDetails
 from kevin_agent.store import RunStore
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kernels"
@@ -86,3 +85,9 @@ def stored_run(root: Path, plan=PLAN, parents=None, run_id="run-1") -> RunStore:
             store.add_candidate(run_id, candidate, [Message("user", f"prompt for {cid}")], parent)
             store.add_verdict(run_id, cid, Verdict.from_dict(VERDICTS[markers[turn]]))
     return store
+
+
+def with_verdicts(candidates: list[tuple[Candidate, Optional[Verdict]]]) -> list[tuple[Candidate, Verdict]]:
+    """A run's candidates with their verdicts; a candidate never judged fails the test."""
+    assert all(v is not None for _, v in candidates), [c.id for c, v in candidates if v is None]
+    return [(c, v) for c, v in candidates if v is not None]

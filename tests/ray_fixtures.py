@@ -25,7 +25,6 @@ from kevin_agent import feedback
 from kevin_agent.evaluate.build.cache import BuildCache, BuildResult
 from kevin_agent.evaluate.build.compile import CompileOutcome
 
-
 BARRIER_GUARD_S = 600.0  # a guard only: the other node's build starts within seconds
 
 
@@ -73,10 +72,10 @@ def fake_compile(code: str, cache: BuildCache) -> CompileOutcome:
         (tmp / "split" / f"kevin_{key[:16]}.so").write_text(f"built on {node}\n")
         (tmp / "split" / "kernels.o").write_text("object file: never travels\n")
         (tmp / "build.log").write_text(f"[1/1] fake build on {node}\n")
-        result = {"ok": True, "seconds": seconds, "cache_hit": False, "log_path": str(final / "build.log"),
+        stored = {"ok": True, "seconds": seconds, "cache_hit": False, "log_path": str(final / "build.log"),
                   "errors": None, "path": "split", "module_path": str(final / "split" / f"kevin_{key[:16]}.so"),
                   "key": key}
-        (tmp / "result.json").write_text(json.dumps(result))
+        (tmp / "result.json").write_text(json.dumps(stored))
         final.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(OSError):
             os.rename(tmp, final)

@@ -105,7 +105,8 @@ REJECTED: list[tuple[str, str, str]] = [
     ("syntax", "syntax", make(forward="return scale.scale_cuda(x")),
     ("no-model-new", "no-model-new", make().replace("class ModelNew(", "class ModelFast(")),
     ("no-load-inline", "no-load-inline",
-     make().replace("scale = load_inline(", "scale = dict(").replace("from torch.utils.cpp_extension import load_inline", "")),
+     make().replace("scale = load_inline(", "scale = dict(")
+     .replace("from torch.utils.cpp_extension import load_inline", "")),
     ("no-global-kernel: host code only", "no-global-kernel",
      make(cuda="#include <torch/extension.h>\ntorch::Tensor scale_cuda(torch::Tensor x) { return x * 2; }\n")),
     ("no-global-kernel: kernel only in a comment", "no-global-kernel",
@@ -189,7 +190,8 @@ REJECTED: list[tuple[str, str, str]] = [
     ("threads-processes: threading", "threads-processes", make(header="import threading")),
     ("threads-processes: concurrent.futures", "threads-processes",
      make(header="from concurrent.futures import ThreadPoolExecutor")),
-    ("threads-processes: os.fork", "threads-processes", make(header="import os", forward="os.fork()\nreturn scale.scale_cuda(x)")),
+    ("threads-processes: os.fork", "threads-processes",
+     make(header="import os", forward="os.fork()\nreturn scale.scale_cuda(x)")),
     ("threads-processes: subprocess", "threads-processes", make(header="import subprocess")),
     ("threads-processes: std::thread", "threads-processes",
      make(cuda="#include <thread>\n" + cuda_with(host="    std::thread worker([]{});\n    worker.detach();"))),
@@ -237,7 +239,8 @@ REJECTED: list[tuple[str, str, str]] = [
     ("patching: os.environ", "patching", make(header="import os", tail='os.environ["CUDA_LAUNCH_BLOCKING"] = "1"')),
     ("patching: torch global setting", "patching", make(tail='torch.set_float32_matmul_precision("medium")')),
     ("patching: __torch_function__", "patching",
-     make(tail="class Spy(torch.Tensor):\n    @classmethod\n    def __torch_function__(cls, func, types, args=(), kwargs=None):\n"
+     make(tail="class Spy(torch.Tensor):\n    @classmethod\n"
+               "    def __torch_function__(cls, func, types, args=(), kwargs=None):\n"
                "        return None")),
     ("patching: torch.Tensor method", "patching", make(tail="torch.Tensor.__eq__ = lambda a, b: True")),
     ("introspection: gc", "introspection", make(header="import gc")),
@@ -291,7 +294,8 @@ ACCEPTED: list[tuple[str, str]] = [
         "scale = load_inline(", "scale = cpp_extension.load_inline(")),
     ("torch.nn.Module base", make(bases="torch.nn.Module")),
     ("imported Module base", make(header="from torch.nn import Module", bases="Module")),
-    ("launch_bounds kernel", make(wrapper="__global__ void __launch_bounds__(256) other_kernel(float* y) { y[0] = 1.f; }\n")),
+    ("launch_bounds kernel",
+     make(wrapper="__global__ void __launch_bounds__(256) other_kernel(float* y) { y[0] = 1.f; }\n")),
     ("kernel declared then defined", make(wrapper="__global__ void late_kernel(float* y);\n"
                                                   "__global__ void late_kernel(float* y) { y[threadIdx.x] = 0.f; }\n")),
     ("cudaLaunchKernel launch", make(cuda=GOOD_CUDA.replace(
@@ -401,7 +405,8 @@ ACCEPTED: list[tuple[str, str]] = [
         forward="return scale.scale_cuda(x, self.stream.cuda_stream)")),
     ("at::ceil_div in the wrapper", make(cuda=cuda_with(
         host="    const int blocks = at::ceil_div(n, 256);\n    (void)blocks;"))),
-    ("get_inputs in the candidate", make(tail="def get_inputs():\n    return [torch.randn(16).sum(0, keepdim=True) * 2]")),
+    ("get_inputs in the candidate",
+     make(tail="def get_inputs():\n    return [torch.randn(16).sum(0, keepdim=True) * 2]")),
     ("flags real kernels use", make(load_extra=',\n    extra_cflags=["-O3", "-ffast-math", "-DNDEBUG"],\n'
                                    '    extra_cuda_cflags=["-O3", "--use_fast_math", "-Xptxas -v", "-lineinfo",'
                                    ' "-arch=sm_90a", "-gencode arch=compute_90,code=sm_90", "-std=c++17",'

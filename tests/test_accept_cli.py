@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from accept_support import MODULE, committed_paths, fixture_candidate, make_record, make_repo
+
 from kevin_agent import cli
 from kevin_agent.store import RunStore
 
@@ -28,6 +28,7 @@ def repo(tmp_path, monkeypatch):
     store.create_run(record.run_id, record.task, record.settings)
     for candidate, verdict in record.candidates:
         store.add_candidate(record.run_id, candidate, [])
+        assert verdict is not None
         store.add_verdict(record.run_id, candidate.id, verdict)
     store.set_status(record.run_id, "done")
     store.close()

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import git
 import pytest
-
 from accept_support import MODULE, committed_paths, fixture_candidate, make_record, make_repo
+
 from kevin_agent.accept import accept, find_accepted, plan_accept, undo_last
 from kevin_agent.accept.files import write_files
 from kevin_agent.errors import EnvironmentProblem, UserInputError
@@ -61,7 +61,8 @@ def test_commit_message_subject_body_and_trailers(tmp_path):
     assert lines[0] == "kevin: CUDA kernel for FusedBlock (1.84x eager, 1.21x torch.compile, NVIDIA H200)"
     for expected in ("Run:            r20261202-1 (4 trajectories x 4 turns)",
                      "Candidate:      t1.3 (trajectory 1, turn 3)",
-                     "Correctness:    5/5 trials on fresh random inputs, atol 0.0001, rtol 0.0001 (max abs error 2.4e-07)",
+                     "Correctness:    5/5 trials on fresh random inputs, atol 0.0001, rtol 0.0001 (max abs error "
+                     "2.4e-07)",
                      "Timing:         kernel 0.412 ms, eager 0.758 ms, torch.compile 0.498 ms (median of 100 trials)",
                      "Speed of light: 62% of the GPU's peak",
                      "Environment:    NVIDIA H200, torch 2.14.1, CUDA 13.0",
@@ -215,7 +216,7 @@ def test_undo_reverts_with_a_new_commit(tmp_path):
     sha = undo_last(tmp_path)
     head = repo.head.commit
     assert head.hexsha == sha and head.parents[0].hexsha == accepted.sha  # a new commit, not a reset
-    assert head.message.startswith('Revert "kevin: CUDA kernel for FusedBlock')
+    assert str(head.message).startswith('Revert "kevin: CUDA kernel for FusedBlock')
     assert f"Kevin-Revert: {accepted.sha}" in head.message
     assert committed_paths(repo) == OUR_FILES
     assert _untouched(tmp_path)
@@ -264,5 +265,5 @@ def test_first_commit_of_an_empty_repository(tmp_path):
     result = accept(_plan(tmp_path), commit=True)
     commit = repo.commit(result.sha)
     assert commit.parents == () and repo.active_branch.name == "main"
-    assert {item.path for item in commit.tree.traverse() if item.type == "blob"} == OUR_FILES
+    assert {item.path for item in commit.tree.traverse() if isinstance(item, git.Blob)} == OUR_FILES
     assert repo.git.diff("--cached", "--name-only").split() == [MODULE]  # still staged, not committed

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import git
 import pytest
-
 from accept_support import MODULE, fixture_candidate, make_record, make_repo
+
 from kevin_agent.accept import accept, plan_accept, undo_last
 from kevin_agent.errors import UserInputError
 from kevin_agent.store import RunStore
@@ -121,6 +121,7 @@ def test_kevin_accept_run_hooks_flag_on_the_command_line(tmp_path):
         store.create_run(record.run_id, record.task, record.settings)
         for candidate, verdict in record.candidates:
             store.add_candidate(record.run_id, candidate, [])
+            assert verdict is not None
             store.add_verdict(record.run_id, candidate.id, verdict)
         store.set_status(record.run_id, "done")
     hook(tmp_path, "pre-commit", FAILING)

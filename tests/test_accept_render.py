@@ -10,8 +10,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from accept_support import MODULE, fixture_candidate, make_record
+
 from kevin_agent.accept import plan_accept
 from kevin_agent.accept.names import ArtifactNames, snake_case
 from kevin_agent.errors import UserInputError
@@ -146,6 +146,7 @@ def test_signature_mismatch_is_refused(tmp_path):
 
 def test_refuses_incorrect_suspicious_and_missing_origin(tmp_path):
     from accept_support import good_verdict
+
     from kevin_agent.data import Stage, Verdict
 
     origin = _write_module(tmp_path)

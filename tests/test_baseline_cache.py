@@ -133,9 +133,8 @@ def test_an_evaluation_says_whether_it_measured_the_baselines_and_how_long_it_to
 def test_the_eval_bench_breakdown_accounts_for_the_wall():
     """bench/eval_bench.py's breakdown on fixed numbers: busy time is the union of job intervals,
     idle the rest of the wall, baseline and candidate jobs apart."""
-    from types import SimpleNamespace
-
     import importlib
+    from types import SimpleNamespace
 
     sys.path.insert(0, str(ROOT / "bench"))
     eval_bench: Any = importlib.import_module("eval_bench")

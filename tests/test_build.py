@@ -14,6 +14,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,7 +66,7 @@ def test_pch_that_times_out_builds_without_a_pch_and_leaves_nothing(tmp_path):
     slow = tmp_path / "slow-cxx"
     slow.write_text("#!/bin/sh\nsleep 30\n")
     slow.chmod(0o755)
-    fields = dict(cuda_home="/nowhere", nvcc="nvcc", arch="9.0", torch_version="t", cuda_version="c",
+    fields: dict[str, Any] = dict(cuda_home="/nowhere", nvcc="nvcc", arch="9.0", torch_version="t", cuda_version="c",
                   nvcc_version="n", std="c++17", abi=1, include_dirs=(), library_dirs=(), nvcc_common=())
     for cxx, timeout_s in ((str(slow), 0.5), (str(tmp_path / "no-such-cxx"), 5.0)):
         root = tmp_path / ("cache-" + Path(cxx).name)
@@ -94,8 +95,8 @@ def test_key_changes_with_the_toolchain(cache_root, field):
     key = cache.key(spec)
     changed = BuildCache(cache_root, arch="9.0")
     value = getattr(cache.toolchain, field)
-    changed._toolchain = dataclasses.replace(cache.toolchain, **{field: value + 1 if isinstance(value, int)
-                                                                 else f"{value}-other"})
+    other: dict[str, Any] = {field: value + 1 if isinstance(value, int) else f"{value}-other"}
+    changed._toolchain = dataclasses.replace(cache.toolchain, **other)
     assert changed.key(spec) != key
 
 
@@ -179,7 +180,8 @@ def test_cache_hit_with_import_in_a_fresh_process_and_hook(add_outcome, cache_ro
         print("RESULT", elapsed, mod.__file__, hasattr(mod, "elementwise_add_cuda"))
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT")) if "RESULT" in proc.stdout else proc.stderr
+    line = (next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")) if "RESULT" in proc.stdout
+            else proc.stderr)
     _, elapsed, path, has_fn = line.split()
     TIMES["hook hit incl. import"] = float(elapsed)
     assert path == add_outcome.results[0].module_path and has_fn == "True"
@@ -203,11 +205,13 @@ def test_compile_error_is_trimmed_to_candidate_lines_and_concurrent_builds_agree
         from kevin_agent.evaluate.build.cache import BuildCache
         from kevin_agent.evaluate.build.compile import compile_candidate
         out = compile_candidate(Path({str(BROKEN)!r}).read_text(), BuildCache(Path({str(cache_root)!r})))
-        print("RESULT" + json.dumps({{"ok": out.ok, "message": out.message, "results": [dataclasses.asdict(r) for r in out.results]}}))
+        results = [dataclasses.asdict(r) for r in out.results]
+        print("RESULT" + json.dumps({{"ok": out.ok, "message": out.message, "results": results}}))
     """)
     start = time.monotonic()
     procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(2)]
-    outs = [json.loads(next(l for l in p.communicate(timeout=600)[0].splitlines() if l.startswith("RESULT"))[6:]) for p in procs]
+    outs = [json.loads(next(ln for ln in p.communicate(timeout=600)[0].splitlines() if ln.startswith("RESULT"))[6:])
+            for p in procs]
     TIMES["broken split, 2 processes at once"] = time.monotonic() - start
     results = [o["results"][0] for o in outs]
     assert not any(o["ok"] for o in outs)
@@ -230,7 +234,7 @@ def test_unsplittable_candidate_builds_through_the_whole_path(cache_root, add_ou
     assert outcome.ok, outcome.message
     (result,) = outcome.results
     assert result.path == "whole" and "namespace" in result.split_note
-    assert Path(result.module_path).is_file()
+    assert result.module_path and Path(result.module_path).is_file()
 
 
 @pytest.mark.nvcc

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
+from kevin_agent.evaluate.build.chunks import SplitRefused, blank_comments_and_literals, raw_chunks
 from kevin_agent.evaluate.build.layout import cpp_is_declarations_only
 from kevin_agent.evaluate.build.log import errors_only_in, trim_errors
-from kevin_agent.evaluate.build.chunks import SplitRefused, blank_comments_and_literals, raw_chunks
 from kevin_agent.evaluate.build.split import split_cuda_source
 
 KERNEL = """
@@ -50,20 +50,25 @@ def test_launch_becomes_launcher_call_on_default_stream_zero():
         r"void kevin_launch_add_kernel\(dim3 kevin_grid, dim3 kevin_block, size_t kevin_smem, "
         r"cudaStream_t kevin_stream, const float\* __restrict__ kevin_a0, const float\* kevin_a1, "
         r"float\* kevin_a2, int kevin_a3\)", out.device_cu)
-    assert "add_kernel<<<kevin_grid, kevin_block, kevin_smem, kevin_stream>>>(kevin_a0, kevin_a1, kevin_a2, kevin_a3);" in out.device_cu
-    assert "void kevin_launch_add_kernel(dim3, dim3, size_t, cudaStream_t, const float* __restrict__, const float*, float*, int);" in out.host_cpp
+    assert ("add_kernel<<<kevin_grid, kevin_block, kevin_smem, kevin_stream>>>(kevin_a0, kevin_a1, kevin_a2, "
+            "kevin_a3);") in out.device_cu
+    assert ("void kevin_launch_add_kernel(dim3, dim3, size_t, cudaStream_t, const float* __restrict__, const float*, "
+            "float*, int);") in out.host_cpp
 
 
 def test_smem_and_stream_are_passed_through():
-    src = BASIC.replace("<<<(n + 255) / 256, 256>>>", "<<<blocks, dim3(16, 16), 1024 * sizeof(float), at::cuda::getCurrentCUDAStream()>>>")
+    src = BASIC.replace("<<<(n + 255) / 256, 256>>>", "<<<blocks, dim3(16, 16), 1024 * sizeof(float), "
+                                                      "at::cuda::getCurrentCUDAStream()>>>")
     src = src.replace("int n = a.numel();", "int n = a.numel(); int blocks = 4;")
     out = split_cuda_source(src)
-    assert "kevin_launch_add_kernel(blocks, dim3(16, 16), 1024 * sizeof(float), at::cuda::getCurrentCUDAStream(), " in out.host_cpp
+    assert ("kevin_launch_add_kernel(blocks, dim3(16, 16), 1024 * sizeof(float), "
+            "at::cuda::getCurrentCUDAStream(), ") in out.host_cpp
 
 
 def test_line_directives_keep_candidate_line_numbers():
     out = split_cuda_source(BASIC)
-    kernel_line = BASIC.splitlines().index("__global__ void add_kernel(const float* __restrict__ a, const float* b, float* out, int n) {") + 1
+    kernel_line = BASIC.splitlines().index("__global__ void add_kernel(const float* __restrict__ a, const float* b, "
+                                           "float* out, int n) {") + 1
     wrapper_line = BASIC.splitlines().index("torch::Tensor add(torch::Tensor a, torch::Tensor b) {") + 1
     assert f'#line {kernel_line} "cuda_sources"\n__global__ void add_kernel' in out.device_cu
     assert f'#line {wrapper_line} "cuda_sources"\ntorch::Tensor add(' in out.host_cpp
@@ -72,14 +77,16 @@ def test_line_directives_keep_candidate_line_numbers():
 def test_multiline_launch_keeps_argument_lines():
     src = BASIC.replace(
         "add_kernel<<<(n + 255) / 256, 256>>>(a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), n);",
-        "add_kernel<<<(n + 255) / 256,\n        256>>>(\n    a.data_ptr<float>(),\n    b.data_ptr<float>(), out.data_ptr<float>(), n);",
+        "add_kernel<<<(n + 255) / 256,\n        256>>>(\n    a.data_ptr<float>(),\n"
+        "    b.data_ptr<float>(), out.data_ptr<float>(), n);",
     )
     out = split_cuda_source(src)
     host_body = out.host_cpp[out.host_cpp.index("torch::Tensor add("):]
     orig_body = src[src.index("torch::Tensor add("):]
     assert host_body.count("\n") == orig_body.count("\n")
     for needle in ("b.data_ptr<float>(), out.data_ptr<float>(), n", "return out;"):
-        assert [i for i, l in enumerate(host_body.splitlines()) if needle in l] == [i for i, l in enumerate(orig_body.splitlines()) if needle in l]
+        assert ([i for i, ln in enumerate(host_body.splitlines()) if needle in ln]
+                == [i for i, ln in enumerate(orig_body.splitlines()) if needle in ln])
 
 
 def test_shared_pieces_go_to_both_sides():
@@ -99,7 +106,8 @@ def test_shared_pieces_go_to_both_sides():
 def test_device_functions_and_device_headers_stay_device_side():
     src = (
         "#include <torch/extension.h>\n#include <cuda_fp16.h>\n#include <cub/cub.cuh>\n"
-        "__device__ __forceinline__ float warp_sum(float v) { for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffff, v, o); return v; }\n"
+        "__device__ __forceinline__ float warp_sum(float v) { for (int o = 16; o > 0; o >>= 1) v += "
+        "__shfl_down_sync(0xffffffff, v, o); return v; }\n"
         "__global__ void k(float* x) { x[0] = warp_sum(x[threadIdx.x]); }\n"
         "torch::Tensor f(torch::Tensor x) { k<<<1, 32>>>(x.data_ptr<float>()); return x; }\n"
     )
@@ -112,7 +120,8 @@ def test_device_functions_and_device_headers_stay_device_side():
 def test_plain_launch_helper_stays_in_cu_with_prototype_for_host():
     src = (
         "#include <torch/extension.h>\n" + KERNEL +
-        "void launch_add(const float* a, const float* b, float* o, int n) { add_kernel<<<(n+255)/256, 256>>>(a, b, o, n); }\n"
+        "void launch_add(const float* a, const float* b, float* o, int n) { add_kernel<<<(n+255)/256, 256>>>(a, b, o, "
+        "n); }\n"
         "torch::Tensor add(torch::Tensor a, torch::Tensor b) { auto o = torch::empty_like(a);\n"
         "  launch_add(a.data_ptr<float>(), b.data_ptr<float>(), o.data_ptr<float>(), a.numel()); return o; }\n"
     )
@@ -125,14 +134,18 @@ def test_plain_launch_helper_stays_in_cu_with_prototype_for_host():
 def test_templated_kernel_in_floating_dispatch_gets_explicit_instantiations():
     src = (
         "#include <torch/extension.h>\n"
-        "template <typename scalar_t>\n__global__ void scale(const scalar_t* x, scalar_t* y, scalar_t s, int n) { int i = threadIdx.x; if (i < n) y[i] = x[i] * s; }\n"
+        "template <typename scalar_t>\n__global__ void scale(const scalar_t* x, scalar_t* y, scalar_t s, int n) { int "
+        "i = threadIdx.x; if (i < n) y[i] = x[i] * s; }\n"
         "torch::Tensor f(torch::Tensor x) { auto y = torch::empty_like(x); int n = x.numel();\n"
         "  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), \"scale\", ([&] {\n"
-        "    scale<scalar_t><<<1, 256>>>(x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), (scalar_t)2, n);\n  }));\n  return y; }\n"
+        "    scale<scalar_t><<<1, 256>>>(x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), (scalar_t)2, n);\n  }));\n"
+        "  return y; }\n"
     )
     out = split_cuda_source(src)
-    assert "template void kevin_launch_scale<float>(dim3, dim3, size_t, cudaStream_t, const float*, float*, float, int);" in out.device_cu
-    assert "template void kevin_launch_scale<double>(dim3, dim3, size_t, cudaStream_t, const double*, double*, double, int);" in out.device_cu
+    assert ("template void kevin_launch_scale<float>(dim3, dim3, size_t, cudaStream_t, const float*, float*, float, "
+            "int);") in out.device_cu
+    assert ("template void kevin_launch_scale<double>(dim3, dim3, size_t, cudaStream_t, const double*, double*, "
+            "double, int);") in out.device_cu
     assert "kevin_launch_scale<scalar_t>(1, 256, 0, 0, " in out.host_cpp
     assert "template <typename scalar_t> void kevin_launch_scale(" in out.host_cpp
 
@@ -163,7 +176,8 @@ def test_blanking_keeps_length_and_newlines():
 
 
 def test_chunks_group_conditional_directive_blocks_and_continuations():
-    src = "#ifndef M_PI\n#define M_PI 3.14159\n#endif\n#define ADD(a, b) \\\n  ((a) + (b))\nconst int x = 1;\nstruct S { int a; } s_default;\nvoid f() { }\n"
+    src = ("#ifndef M_PI\n#define M_PI 3.14159\n#endif\n#define ADD(a, b) \\\n  ((a) + (b))\nconst int x = 1;\n"
+           "struct S { int a; } s_default;\nvoid f() { }\n")
     chunks = raw_chunks(src)
     assert [c.preprocessor for c in chunks] == [True, True, False, False, False]
     assert chunks[0].text.startswith("#ifndef") and "#endif" in chunks[0].text
@@ -174,24 +188,44 @@ def test_chunks_group_conditional_directive_blocks_and_continuations():
 @pytest.mark.parametrize(
     "source, reason",
     [
-        ("#include <torch/extension.h>\nnamespace { __global__ void k(float* x) {} }\ntorch::Tensor f(torch::Tensor x) { k<<<1,1>>>(x.data_ptr<float>()); return x; }\n", "namespace"),
-        ("#include <torch/extension.h>\ntemplate <typename T> __global__ void k(T* x) {}\ntorch::Tensor f(torch::Tensor x) { k<<<1,1>>>(x.data_ptr<float>()); return x; }\n", "deduced template"),
-        ("#include <torch/extension.h>\n__constant__ float w[16];\n__global__ void k(float* x) { x[0] = w[0]; }\ntorch::Tensor f(torch::Tensor x) { float h[16]; cudaMemcpyToSymbol(w, h, sizeof(h)); k<<<1,1>>>(x.data_ptr<float>()); return x; }\n", "constant memory written from host"),
-        ("#include <torch/extension.h>\nint counter = 0;\n__global__ void k(float* x, int c) { x[0] = c; }\nvoid bump() { counter++; }\ntorch::Tensor f(torch::Tensor x) { counter++; k<<<1,1>>>(x.data_ptr<float>(), counter); return x; }\n", "non-const global 'counter'"),
-        ("#include <torch/extension.h>\n#define LAUNCH(k, n) k<<<n, 256>>>()\n__global__ void k() {}\ntorch::Tensor f(torch::Tensor x) { LAUNCH(k, 1); return x; }\n", "inside a macro"),
+        ("#include <torch/extension.h>\nnamespace { __global__ void k(float* x) {} }\n"
+         "torch::Tensor f(torch::Tensor x) { k<<<1,1>>>(x.data_ptr<float>()); return x; }\n", "namespace"),
+        ("#include <torch/extension.h>\ntemplate <typename T> __global__ void k(T* x) {}\n"
+         "torch::Tensor f(torch::Tensor x) { k<<<1,1>>>(x.data_ptr<float>()); return x; }\n", "deduced template"),
+        ("#include <torch/extension.h>\n__constant__ float w[16];\n__global__ void k(float* x) { x[0] = w[0]; }\n"
+         "torch::Tensor f(torch::Tensor x) { float h[16]; cudaMemcpyToSymbol(w, h, sizeof(h)); "
+         "k<<<1,1>>>(x.data_ptr<float>()); return x; }\n", "constant memory written from host"),
+        ("#include <torch/extension.h>\nint counter = 0;\n__global__ void k(float* x, int c) { x[0] = c; }\n"
+         "void bump() { counter++; }\ntorch::Tensor f(torch::Tensor x) { counter++; k<<<1,1>>>(x.data_ptr<float>(), "
+         "counter); return x; }\n", "non-const global 'counter'"),
+        ("#include <torch/extension.h>\n#define LAUNCH(k, n) k<<<n, 256>>>()\n__global__ void k() {}\n"
+         "torch::Tensor f(torch::Tensor x) { LAUNCH(k, 1); return x; }\n", "inside a macro"),
         ("#include <torch/extension.h>\n__global__ void k(float* x) { x[0] = 1; \n", "unbalanced"),
-        ("#include <torch/extension.h>\n__global__ void k(at::Half* x) { }\ntorch::Tensor f(torch::Tensor x) { return x; }\n", "device code uses torch"),
-        ("#include <torch/extension.h>\ntemplate <typename scalar_t> __global__ void k(scalar_t* x) {}\ntorch::Tensor f(torch::Tensor x) {\n AT_DISPATCH_FLOATING_TYPES_AND_HALF(x.scalar_type(), \"k\", ([&] { k<scalar_t><<<1,1>>>(x.data_ptr<scalar_t>()); }));\n return x; }\n", "torch-only types"),
-        ("#include <torch/extension.h>\n__global__ void k(float* x) {}\ntorch::Tensor f(torch::Tensor x) { cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 1024); k<<<1,1>>>(x.data_ptr<float>()); return x; }\n", "device-side name 'k'"),
-        ("#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { other_kernel<<<1,1>>>(x.data_ptr<float>()); return x; }\n__global__ void k() {}\n", "not a kernel of this source"),
+        ("#include <torch/extension.h>\n__global__ void k(at::Half* x) { }\n"
+         "torch::Tensor f(torch::Tensor x) { return x; }\n", "device code uses torch"),
+        ("#include <torch/extension.h>\ntemplate <typename scalar_t> __global__ void k(scalar_t* x) {}\n"
+         "torch::Tensor f(torch::Tensor x) {\n AT_DISPATCH_FLOATING_TYPES_AND_HALF(x.scalar_type(), \"k\", ([&] { "
+         "k<scalar_t><<<1,1>>>(x.data_ptr<scalar_t>()); }));\n return x; }\n", "torch-only types"),
+        ("#include <torch/extension.h>\n__global__ void k(float* x) {}\n"
+         "torch::Tensor f(torch::Tensor x) { cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+         "1024); k<<<1,1>>>(x.data_ptr<float>()); return x; }\n", "device-side name 'k'"),
+        ("#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { other_kernel<<<1,1>>>(x.data_ptr<float>()); "
+         "return x; }\n__global__ void k() {}\n", "not a kernel of this source"),
         ("#include <torch/extension.h>\n#if 1\n__global__ void k() {}\n#endif\n", "#if block"),
         ('#include <torch/extension.h>\nconst char* s = R"(raw)";\n__global__ void k() {}\n', "raw string"),
         ("#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { return x; }\n", "no kernel"),
-        ("#include <torch/extension.h>\n__global__ void k(float x[4]) {}\ntorch::Tensor f(torch::Tensor x) { float v[4]; k<<<1,1>>>(v); return x; }\n", "cannot copy"),
-        ("#include <torch/extension.h>\n__global__ void k(float*) {}\ntorch::Tensor f(torch::Tensor x) { k<<<1,1>>>(x.data_ptr<float>()); return x; }\n", "unnamed parameter"),
-        ("#include <torch/extension.h>\n__global__ void k(float* x) {}\ntorch::Tensor f(torch::Tensor x) { k<<<1>>>(x.data_ptr<float>()); return x; }\n", "configuration"),
-        ("#include <torch/extension.h>\ntemplate <typename T> __global__ void k(T* x) {}\ntorch::Tensor f(torch::Tensor x) { k<scalar_t><<<1,1>>>(x.data_ptr<float>()); return x; }\n", "outside a supported AT_DISPATCH"),
-        ("#include <torch/extension.h>\ntemplate <int B> __global__ void k(float* x) {}\ntorch::Tensor f(torch::Tensor x) { constexpr int kB = 64; k<kB><<<1,1>>>(x.data_ptr<float>()); return x; }\n", "not visible to the kernel file"),
+        ("#include <torch/extension.h>\n__global__ void k(float x[4]) {}\n"
+         "torch::Tensor f(torch::Tensor x) { float v[4]; k<<<1,1>>>(v); return x; }\n", "cannot copy"),
+        ("#include <torch/extension.h>\n__global__ void k(float*) {}\n"
+         "torch::Tensor f(torch::Tensor x) { k<<<1,1>>>(x.data_ptr<float>()); return x; }\n", "unnamed parameter"),
+        ("#include <torch/extension.h>\n__global__ void k(float* x) {}\n"
+         "torch::Tensor f(torch::Tensor x) { k<<<1>>>(x.data_ptr<float>()); return x; }\n", "configuration"),
+        ("#include <torch/extension.h>\ntemplate <typename T> __global__ void k(T* x) {}\n"
+         "torch::Tensor f(torch::Tensor x) { k<scalar_t><<<1,1>>>(x.data_ptr<float>()); return x; "
+         "}\n", "outside a supported AT_DISPATCH"),
+        ("#include <torch/extension.h>\ntemplate <int B> __global__ void k(float* x) {}\n"
+         "torch::Tensor f(torch::Tensor x) { constexpr int kB = 64; k<kB><<<1,1>>>(x.data_ptr<float>()); return x; "
+         "}\n", "not visible to the kernel file"),
     ],
 )
 def test_unsafe_sources_fall_back_with_a_reason(source, reason):
@@ -210,7 +244,8 @@ def test_cpp_sources_of_prototypes_can_share_the_host_unit():
 def test_trim_errors_keeps_first_three_with_candidate_lines():
     log = "\n".join(
         ["[1/3] /usr/local/cuda/bin/nvcc ... -c kernels.cu -o kernels.o", "FAILED: kernels.o"]
-        + [f'cuda_sources({10 + i}): error: identifier "x{i}" is undefined\n      y = x{i};\n          ^\n' for i in range(5)]
+        + [f'cuda_sources({10 + i}): error: identifier "x{i}" is undefined\n      y = x{i};\n'
+           '          ^\n' for i in range(5)]
         + ["5 errors detected in the compilation of \"kernels.cu\"."]
     )
     trimmed = trim_errors(log)
@@ -223,14 +258,16 @@ def test_trim_errors_keeps_first_three_with_candidate_lines():
 
 
 def test_trim_errors_gcc_format_and_linker():
-    log = "cuda_sources:21:5: error: 'foo' was not declared in this scope\n   21 |     foo();\n      |     ^~~\n/usr/bin/ld: main.o: undefined reference to `bar()'\n"
+    log = ("cuda_sources:21:5: error: 'foo' was not declared in this scope\n   21 |     foo();\n      |     ^~~\n"
+           "/usr/bin/ld: main.o: undefined reference to `bar()'\n")
     trimmed = trim_errors(log)
     assert trimmed.startswith("cuda_sources:21:5: error: 'foo'")
     assert "undefined reference to `bar()'" in trimmed
 
 
 def test_overloaded_kernel_falls_back_and_forward_declaration_is_fine():
-    decl = "#include <torch/extension.h>\n__global__ void k(float* x);\n__global__ void k(float* x) { x[0] = 1; }\ntorch::Tensor f(torch::Tensor x) { k<<<1,1>>>(x.data_ptr<float>()); return x; }\n"
+    decl = ("#include <torch/extension.h>\n__global__ void k(float* x);\n__global__ void k(float* x) { x[0] = 1; }\n"
+            "torch::Tensor f(torch::Tensor x) { k<<<1,1>>>(x.data_ptr<float>()); return x; }\n")
     assert "kevin_launch_k(1, 1, 0, 0, x.data_ptr<float>())" in split_cuda_source(decl).host_cpp
     overloaded = decl.replace("__global__ void k(float* x);", "__global__ void k(int* x) { x[0] = 1; }")
     with pytest.raises(SplitRefused, match="overloaded"):

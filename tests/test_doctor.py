@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+from typing import Any
 
 from fake_vllm_server import fake_server  # noqa: F401  (pytest fixture)
 
@@ -79,7 +80,7 @@ def test_version_and_help_name_exit_codes_and_key_variables(capsys):
         main(["--version"])
     assert version.value.code == 0 and capsys.readouterr().out == "kevin-agent 0.1.0\n"
     parser = build_parser()
-    subs = next(a for a in parser._actions if a.choices and "optimize" in a.choices).choices
+    subs: Any = next(a for a in parser._actions if a.choices and "optimize" in a.choices).choices
     optimize = subs["optimize"].format_help()
     for text in ("1 run failed", "2 bad input", "3 environment", "130 cancelled", "KEVIN_API_KEY",
                  "OPENAI_API_KEY", "KEVIN_BASE_URL", "KEVIN_MODEL"):

@@ -18,7 +18,8 @@ from kevin_agent.evaluate.lanes import DeviceInfo
 KERNELS = Path(__file__).parent / "fixtures" / "kernels"
 GOOD = (KERNELS / "add_candidate.py").read_text()
 TASK = Task(source=(KERNELS / "add_task.py").read_text(), class_name="Model")
-HACK = "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n        return a + b\n"
+HACK = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n"
+        "        return a + b\n")
 BROKEN = GOOD.replace("out[idx] = a[idx] + b[idx];", "out[idx] = a[idx] + b_undeclared[idx];").replace(
     "kevin_fixture_elementwise_add", "kevin_test_broken_add")
 STANDIN = [sys.executable, str(Path(__file__).parent / "workers" / "standin.py")]

@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from loop_fixtures import stored_run
 
 from kevin_agent.export import rl_samples
-from loop_fixtures import stored_run
+
 
 def by_id(samples):
     return {s.candidate_id: s for s in samples}

@@ -139,7 +139,8 @@ def test_workers_import_the_parents_package_from_a_plain_checkout(tmp_path: Path
               "from kevin_agent.evaluate.processes import scrubbed_environment\n"
               "import subprocess\n"
               "out = subprocess.run([sys.executable, '-c', 'import kevin_agent; print(kevin_agent.__file__)'],\n"
-              "                     env=scrubbed_environment({'PATH': '/usr/bin:/bin'}), capture_output=True, text=True)\n"
+              "                     env=scrubbed_environment({'PATH': '/usr/bin:/bin'}), capture_output=True, "
+              "text=True)\n"
               "print(out.stdout.strip())\n")
     done = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, cwd=tmp_path,
                           timeout=60)

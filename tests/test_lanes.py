@@ -11,15 +11,12 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
-from kevin_agent.data import Stage, Task
+from kevin_agent.data import Stage, Task, TimingStats
 from kevin_agent.evaluate.api import EvalSettings
 from kevin_agent.evaluate.baselines import BaselineBook, baseline_key, drift
 from kevin_agent.evaluate.lanes import DeviceInfo, LocalLane, run_limit
 from kevin_agent.evaluate.lease import GpuLease
 from kevin_agent.evaluate.protocol import Baseline, WorkerJob
-from kevin_agent.data import TimingStats
 
 ROOT = Path(__file__).resolve().parents[1]
 STANDIN = [sys.executable, str(ROOT / "tests" / "workers" / "standin.py")]
@@ -44,7 +41,7 @@ def start_holder(folder: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder)], stdout=subprocess.PIPE, text=True,
                             env=env)
-    assert proc.stdout.readline().strip() == "held"
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
     return proc
 
 
@@ -170,10 +167,15 @@ def test_baseline_keys_and_the_book(tmp_path):
     measured = []
     book = BaselineBook(tmp_path)
     baseline = Baseline(eager=stats(1.2), compiled=stats(0.8), gpu_name="NVIDIA H200")
-    first = book.get_or_measure(key, lambda: measured.append(1) or baseline)
-    again = BaselineBook(tmp_path).get_or_measure(key, lambda: measured.append(2) or baseline)  # from disk
+
+    def measure(mark: int) -> Baseline:
+        measured.append(mark)
+        return baseline
+
+    first = book.get_or_measure(key, lambda: measure(1))
+    again = BaselineBook(tmp_path).get_or_measure(key, lambda: measure(2))  # from disk
     assert measured == [1] and first == (baseline, False) and again[1] is True
-    assert again[0].compiled.median_ms == 0.8
+    assert again[0] is not None and getattr(again[0].compiled, "median_ms", None) == 0.8
     moved = drift(baseline, Baseline(eager=stats(1.26), compiled=stats(0.8), gpu_name="NVIDIA H200"))
     assert moved.text() == "baselines re-measured at the end on NVIDIA H200: eager +5.0%, torch.compile +0.0%"
 
@@ -199,6 +201,7 @@ def test_speedups_are_compared_only_on_the_same_gpu_model():
         timed("t0.0", "NVIDIA H200", 1.5), timed("t1.0", "NVIDIA H200", 1.2),
         timed("t2.0", "NVIDIA A10G", 4.0)])  # a slower GPU makes bigger speedups: never compared
     assert record.gpu_name == "NVIDIA H200"
-    assert record.best()[0].id == "t0.0"
+    best = record.best()
+    assert best is not None and best[0].id == "t0.0"
     assert {gpu: best[0].id for gpu, best in record.best_by_gpu().items()} == {
         "NVIDIA H200": "t0.0", "NVIDIA A10G": "t2.0"}

@@ -88,6 +88,7 @@ def test_a_refused_request_is_that_candidates_error_but_a_down_server_ends_the_r
     record = Session(task, settings, backend, evaluator, RunStore(tmp_path / "a.sqlite")).run()
     assert record.status == "done"
     refused_verdict = record.candidate("t1.0")[1]
+    assert refused_verdict is not None
     assert refused_verdict.stage is Stage.FORMAT and "prompt too long" in refused_verdict.message
 
     down = fake_server([{"text": reply("quick")}, BOOM, BOOM])
@@ -95,7 +96,7 @@ def test_a_refused_request_is_that_candidates_error_but_a_down_server_ends_the_r
     seen: list[object] = []
     record = Session(task, settings, backend, evaluator, RunStore(tmp_path / "b.sqlite"), seen.append).run()
     assert record.status == "failed" and record.candidates == []  # resumable: the turn is asked again
-    assert record.error.startswith(f"model request failed: HTTP 503 from {down.url}")
+    assert (record.error or "").startswith(f"model request failed: HTTP 503 from {down.url}")
     assert [type(e).__name__ for e in seen].count("ModelRetrying") == 1
 
 

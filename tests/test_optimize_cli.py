@@ -12,20 +12,20 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from loop_fixtures import TASK_FILE, reply, with_verdicts, write_replay, write_script
 
-from fake_vllm_server import fake_server  # noqa: F401  (pytest fixture)
+from kevin_agent.backends import make_backend
 from kevin_agent.cli import main
 from kevin_agent.config import BackendSettings
 from kevin_agent.data import Stage
 from kevin_agent.evaluate.replay import ReplayEvaluator
 from kevin_agent.events import RunFailed, TokensGenerated
-from kevin_agent.backends import make_backend
 from kevin_agent.loop.session import RunSettings, Session
 from kevin_agent.store import RunStore
 from kevin_agent.task import load_task
-from loop_fixtures import TASK_FILE, reply, write_replay, write_script
 
 
 @pytest.fixture()
@@ -126,7 +126,7 @@ def test_killed_run_resumes_and_the_store_holds_everything(repo, fake_server):
     summary = json.loads(resumed.stdout)
     assert summary["run_id"] == interrupted.run_id and summary["status"] == "done"
     final = RunStore.for_path(repo).load_run(interrupted.run_id)
-    assert [(c.id, v.stage) for c, v in final.candidates] == [
+    assert [(c.id, v.stage) for c, v in with_verdicts(final.candidates)] == [
         ("t0.0", Stage.TIMING), ("t1.0", Stage.TIMING), ("t0.1", Stage.TIMING), ("t1.1", Stage.TIMING)]
     assert final.best_speedup() == pytest.approx(2.0)
     assert len(RunStore.for_path(repo).list_runs()) == 1
@@ -165,7 +165,7 @@ def test_failed_backend_exits_nonzero_and_keeps_the_run(repo):
     assert RunStore.for_path(repo).list_runs()[0].status == "failed"
 
 
-def test_openai_backend_against_the_fake_vllm_server(fake_server, tmp_path):  # noqa: F811
+def test_openai_backend_against_the_fake_vllm_server(fake_server, tmp_path):
     server = fake_server([{"text": reply("broken"), "reasoning": "thinking about tiles"},
                           {"text": reply("quick"), "reasoning": "fix the build"}])
     settings = RunSettings(
@@ -173,13 +173,13 @@ def test_openai_backend_against_the_fake_vllm_server(fake_server, tmp_path):  # 
         backend=BackendSettings(backend="openai", base_url=server.url, api_key="test-key",
                                 max_retries=0),
     )
-    events = []
+    events: list[Any] = []
     store = RunStore(tmp_path / "runs.sqlite")
     record = Session(load_task(f"{TASK_FILE}::Model"), settings, make_backend(settings.backend),
                      ReplayEvaluator(write_replay(tmp_path / "replay.json")), store,
                      events.append).run()
     assert record.status == "done"
-    assert [(c.id, v.stage, v.ok) for c, v in record.candidates] == [
+    assert [(c.id, v.stage, v.ok) for c, v in with_verdicts(record.candidates)] == [
         ("t0.0", Stage.COMPILE, False), ("t0.1", Stage.TIMING, True)]
     assert record.candidate("t0.0")[0].reasoning.startswith("thinking about tiles")
     second_prompt = server.requests[-1]["messages"][-1]["content"]
@@ -194,7 +194,7 @@ def test_unreachable_server_fails_the_run_with_one_line(tmp_path):
         backend=BackendSettings(backend="openai", base_url="http://127.0.0.1:9/v1",
                                 api_key="k", max_retries=0, timeout_s=5),
     )
-    events = []
+    events: list[Any] = []
     store = RunStore(tmp_path / "runs.sqlite")
     record = Session(load_task(f"{TASK_FILE}::Model"), settings, make_backend(settings.backend),
                      ReplayEvaluator(write_replay(tmp_path / "replay.json")), store,
@@ -233,13 +233,12 @@ def test_ctrl_c_cancels_keeps_finished_work_and_prints_the_resume_command(repo):
 def test_live_display_shows_tokens_queue_and_best():
     import io
 
+    from loop_fixtures import VERDICTS
     from rich.console import Console
 
     from kevin_agent.data import Candidate, Verdict
-    from kevin_agent.events import (CandidateGenerated, QueueChanged, RunStarted, TurnDone,
-                                    TurnStarted)
+    from kevin_agent.events import CandidateGenerated, QueueChanged, RunStarted, TurnDone, TurnStarted
     from kevin_agent.progress import LiveProgress
-    from loop_fixtures import VERDICTS
 
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=True, width=200)
@@ -249,9 +248,9 @@ def test_live_display_shows_tokens_queue_and_best():
                   CandidateGenerated("r1", Candidate(1, 1, id="t1.1", tokens=80)),
                   TurnDone("r1", 1, 2.5)):
         live(event)
-    capture = Console(file=io.StringIO(), width=200)
-    capture.print(live._render())
-    text = capture.file.getvalue()
+    rendered = io.StringIO()
+    Console(file=rendered, width=200).print(live._render())
+    text = rendered.getvalue()
     assert "turn 1 (0-3)" in text and "compile queue 1" in text and "GPU queue 2" in text
     assert "best 2.50x" in text and "1234" in text and "80" in text and "evaluating" in text
     verdict = Verdict.from_dict(VERDICTS["quick"])

@@ -109,7 +109,7 @@ def test_truncated_while_still_reasoning() -> None:
 
 
 def test_cut_in_the_summary_judges_the_complete_block_and_says_it_was_cut() -> None:
-    from kevin_agent.data import Stage, Task, Verdict
+    from kevin_agent.data import Stage, Verdict
     from kevin_agent.prompts import format_attempt
 
     candidate = parse(REASONING + "</think>\n" + ANSWER[:-20], finish="length", tokens=16384)
@@ -194,7 +194,7 @@ def test_summary_falls_back_to_text_before_the_block() -> None:
 
 def test_request_error_becomes_parse_error() -> None:
     candidate = parse_completion(Completion(text="", error="HTTP 500 from x: boom"), 0, 0)
-    assert candidate.code is None and "HTTP 500" in candidate.parse_error
+    assert candidate.code is None and "HTTP 500" in (candidate.parse_error or "")
 
 
 def test_split_reasoning_and_block_finder_directly() -> None:

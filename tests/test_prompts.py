@@ -12,7 +12,12 @@ import pytest
 from kevin_agent import feedback
 from kevin_agent.data import Candidate, Stage, Task, Verdict, VerdictDetails
 from kevin_agent.evaluate.provenance import (
-    POLICY_PROMPTS, STRICT, KernelActivity, OwnKernels, judge, profile_feedback,
+    POLICY_PROMPTS,
+    STRICT,
+    KernelActivity,
+    OwnKernels,
+    judge,
+    profile_feedback,
 )
 from kevin_agent.parsing import find_code_blocks
 from kevin_agent.prompt_example import EXAMPLE_MODEL, EXAMPLE_MODEL_NEW

@@ -18,11 +18,20 @@ from kevin_agent.evaluate.provenance import demangle as D
 from kevin_agent.evaluate.provenance import names as N
 from kevin_agent.evaluate.provenance.attribution import OwnKernels, attribute, kernel_rows
 from kevin_agent.evaluate.provenance.policy import (
-    PARTIAL, STRICT, ProvenanceResult, judge, kernel_table, profile_feedback,
+    PARTIAL,
+    STRICT,
+    ProvenanceResult,
+    judge,
+    kernel_table,
+    profile_feedback,
 )
 from kevin_agent.evaluate.provenance.symbols import ExtensionKernels, fatbin_kernels, list_kernels, stub_kernels
 from kevin_agent.evaluate.provenance.trace import (
-    FORWARD_ANNOTATION, KernelActivity, ProfileTrace, activities_from_chrome_trace, launch_count,
+    FORWARD_ANNOTATION,
+    KernelActivity,
+    ProfileTrace,
+    activities_from_chrome_trace,
+    launch_count,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "provenance"
@@ -32,27 +41,32 @@ SCENARIOS = sorted(p for p in FIXTURES.glob("*/*.json") if not p.name.startswith
 # ---------- names the profiler reports (H100/H200), one per family ----------
 FILL = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >"
         "(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)")
-DIRECT_COPY = ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)"
-               "::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>, "
+DIRECT_COPY = ("void at::native::unrolled_elementwise_kernel<"
+               "at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)"
+               "::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, "
+               "std::array<char*, 2ul>, "
                "4, TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, "
                "at::native::memory::LoadWithCast<1>, at::native::memory::StoreWithCast<1> >(int, ...)")
 ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >"
        "(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)")
 CAT = ("void at::native::(anonymous namespace)::CatArrayBatchedCopy<at::native::(anonymous namespace)::OpaqueType<4u>, "
        "unsigned int, 2, 128, 1>(at::native::(anonymous namespace)::OpaqueType<4u>*, int, unsigned int)")
-ARANGE = ("void (anonymous namespace)::elementwise_kernel_with_index<int, at::native::arange_cuda_out(c10::Scalar const&, "
-          "c10::Scalar const&, c10::Scalar const&, at::Tensor&)::{lambda()#1}::operator()() const::{lambda()#2}::operator()() "
-          "const::{lambda(long)#1}>(int, ...)")
-SGEMM_NAME = "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
+ARANGE = ("void (anonymous namespace)::elementwise_kernel_with_index<int, "
+          "at::native::arange_cuda_out(c10::Scalar const&, c10::Scalar const&, c10::Scalar const&, at::Tensor&)"
+          "::{lambda()#1}::operator()() const::{lambda()#2}::operator()() const::{lambda(long)#1}>(int, ...)")
+SGEMM_NAME = ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_"
+              "execute_segment_k_off_kernel__5x_cublas")
 
 KNOWN = [
     ("nvjet_tst_128x64_64x8_1x2_h_bz_coopB_TNT", N.LIBRARY, "cuBLAS"),
     (SGEMM_NAME, N.LIBRARY, "cuBLAS"),
-    ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x128_8x4_nn_align1>(cutlass_80_simt_sgemm_128x128_8x4_nn_align1::Params)",
+    ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x128_8x4_nn_align1>"
+     "(cutlass_80_simt_sgemm_128x128_8x4_nn_align1::Params)",
      N.LIBRARY, "CUTLASS"),
-    ("void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false, false, cublasGemvParamsEx<int, "
-     "cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float const>, "
-     "cublasGemvTensorStridedBatched<float>, float> >(cublasGemvParamsEx<...>, float, float)", N.LIBRARY, "cuBLAS"),
+    ("void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false, false, "
+     "cublasGemvParamsEx<int, cublasGemvTensorStridedBatched<float const>, "
+     "cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float>, float> >"
+     "(cublasGemvParamsEx<...>, float, float)", N.LIBRARY, "cuBLAS"),
     ("ampere_sgemm_128x64_nn", N.LIBRARY, "cuBLAS"),
     ("void splitKreduce_kernel<32, 16, int, float, float, float, float, true, false, false>(cublasSplitKParams<float>, "
      "float const*, float const*, float*, float const*, float const*, float const*, float const*, float*, void*, long, "
@@ -62,11 +76,13 @@ KNOWN = [
     ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>"
      "(cudnn::ops::nchw2nhwc_params_t<float>, float const*, float*)", N.LIBRARY, "cuDNN"),
     ("cudnn_infer_ampere_scudnn_128x64_relu_small_nn_v1", N.LIBRARY, "cuDNN"),
-    ("void implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1, false, false, true>(int, int, int, float const*, "
-     "int, float*, float const*, kernel_conv_params, unsigned long long, int, float, float, int, float const*, "
-     "float const*, bool, int, int)", N.LIBRARY, "cuDNN"),
-    ("void xmma_cudnn::gemm::kernel<xmma_cudnn::implicit_gemm::fprop::Kernel_traits>(xmma_cudnn::Params)", N.LIBRARY, "cuDNN"),
-    ("void cutlass_cudnn::Kernel<cutlass_tensorop_s1688fprop_optimized_tf32_64x64_16x10_nhwc_align4>(...)", N.LIBRARY, "cuDNN"),
+    ("void implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1, false, false, true>"
+     "(int, int, int, float const*, int, float*, float const*, kernel_conv_params, unsigned long long, int, "
+     "float, float, int, float const*, float const*, bool, int, int)", N.LIBRARY, "cuDNN"),
+    ("void xmma_cudnn::gemm::kernel<xmma_cudnn::implicit_gemm::fprop::Kernel_traits>(xmma_cudnn::Params)",
+     N.LIBRARY, "cuDNN"),
+    ("void cutlass_cudnn::Kernel<cutlass_tensorop_s1688fprop_optimized_tf32_64x64_16x10_nhwc_align4>(...)",
+     N.LIBRARY, "cuDNN"),
     ("void conv2d_grouped_direct_kernel<false, true, false, false, 0, 0, int, float, float, float, float, float, float>"
      "(cudnnTensorStruct, float const*, cudnnFilterStruct, float const*, cudnnConvolutionStruct, cudnnTensorStruct, "
      "float*, float, float, cudnn::reduced_divisor, int, float const*, float const*, cudnnActivationStruct)",
@@ -78,15 +94,18 @@ KNOWN = [
      "(kernel_arguments_t<unsigned int>)", N.LIBRARY, "cuFFT"),
     ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", N.LIBRARY, "NCCL"),
     (FILL, N.TORCH, "PyTorch ATen"),
-    ("void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<...>(...)::{lambda(int)#1}>(int, ...)",
+    ("void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<...>(...)::{lambda(int)#1}>"
+     "(int, ...)",
      N.TORCH, "PyTorch ATen"),
-    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, "
-     "unsigned int, float, 4, 4> >(at::native::ReduceOp<...>)", N.TORCH, "PyTorch ATen"),
+    ("void at::native::reduce_kernel<512, 1, "
+     "at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, unsigned int, float, 4, 4> >"
+     "(at::native::ReduceOp<...>)", N.TORCH, "PyTorch ATen"),
     (CAT, N.TORCH, "PyTorch ATen"),
     (DIRECT_COPY, N.TORCH, "PyTorch ATen"),
     ("void at::native::(anonymous namespace)::softmax_warp_forward<float, float, float, 10, false, false>"
      "(float*, float const*, int, int, int, bool const*, int, bool)", N.TORCH, "PyTorch ATen"),
-    ("void at::native::batch_norm_transform_input_channels_last_kernel<float, float, float, 4>(...)", N.TORCH, "PyTorch ATen"),
+    ("void at::native::batch_norm_transform_input_channels_last_kernel<float, float, float, 4>(...)",
+     N.TORCH, "PyTorch ATen"),
     (ARANGE, N.TORCH, "PyTorch ATen"),
     ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::half_t, "
      "Flash_kernel_traits<64, 128, 128, 4, cutlass::half_t> >, false, false, false, false, true, true, false, false>"
@@ -299,7 +318,8 @@ def test_load_inline_extension_lists_its_kernels(tmp_path):
     """torch's own build path, once: cuda_sources without torch headers keep it to about a minute."""
     from torch.utils.cpp_extension import load_inline
 
-    module = load_inline(name="kevin_provenance_styles", cpp_sources="int64_t launch_all(int64_t, int64_t, int64_t, int64_t);",
+    module = load_inline(name="kevin_provenance_styles",
+                         cpp_sources="int64_t launch_all(int64_t, int64_t, int64_t, int64_t);",
                          cuda_sources=STYLES_CU.read_text(), functions=["launch_all"], build_directory=str(tmp_path),
                          extra_cuda_cflags=["-O3"])
     listing = list_kernels(str(module.__file__))
@@ -407,8 +427,8 @@ def test_memops_are_never_own():
 
 
 def test_rows_aggregate_and_sort_by_time():
-    rows = kernel_rows([act("a(float*)", 1.0, 2), act("a(float*)", 2.0, 1, ("x",)), act(FILL, 1.0, context=("aten::fill_",))],
-                       OwnKernels(["_Z1aPf"]))
+    rows = kernel_rows([act("a(float*)", 1.0, 2), act("a(float*)", 2.0, 1, ("x",)),
+                        act(FILL, 1.0, context=("aten::fill_",))], OwnKernels(["_Z1aPf"]))
     assert [(r.name, r.origin, r.calls, r.ms, r.share) for r in rows] == [
         ("a(float*)", N.OWN, 3, 3.0, 0.75), (FILL, N.TORCH, 1, 1.0, 0.25)]
     assert rows[1].role == N.FILL and rows[1].called_from == "aten::fill_"
@@ -430,7 +450,8 @@ def test_scenario_fixture_decisions(path):
     ref_launches = reference.launches if reference else None
     strict = judge(candidate, data["own_kernels"], ref_launches, STRICT)
     partial = judge(candidate, data["own_kernels"], ref_launches, PARTIAL)
-    got = {"strict": {"ok": strict.ok, "partial_would_accept": strict.partial_would_accept}, "partial": {"ok": partial.ok}}
+    got = {"strict": {"ok": strict.ok, "partial_would_accept": strict.partial_would_accept},
+           "partial": {"ok": partial.ok}}
     assert got == data["expect"], strict.summary
     assert partial.partial_would_accept is None
     assert strict.partial_would_accept == partial.ok
@@ -447,13 +468,15 @@ def test_fixture_readme_lists_every_scenario():
 
 CONV = ("aten::conv2d", "aten::convolution", "aten::_convolution", "aten::cudnn_convolution")
 FPROP = "sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x32_g1_execute_kernel__5x_cudnn"
-RELU = "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clamp_scalar(...)>(int, ...)"
+RELU = ("void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous "
+        "namespace)::launch_clamp_scalar(...)>(int, ...)")
 OWN = ["_Z6fusedkPKfPf"]
 FUSED = "fusedk(float const*, float*)"
 
 
 def test_token_own_kernel_next_to_the_full_torch_fallback_is_rejected_by_both():
-    reference = [act(FPROP, 0.4, context=CONV), act(ADD, 0.04, context=("aten::add_",)), act(RELU, 0.04, context=("aten::relu",))]
+    reference = [act(FPROP, 0.4, context=CONV), act(ADD, 0.04, context=("aten::add_",)),
+                 act(RELU, 0.04, context=("aten::relu",))]
     candidate = reference + [act(FUSED, 0.001)]
     strict, partial = (judge(candidate, OWN, launch_count(reference), p) for p in (STRICT, PARTIAL))
     assert not strict.ok and not partial.ok and strict.partial_would_accept is False
@@ -461,7 +484,8 @@ def test_token_own_kernel_next_to_the_full_torch_fallback_is_rejected_by_both():
 
 
 def test_cudnn_conv_with_a_fused_own_epilogue():
-    reference = [act(FPROP, 0.4, context=CONV), act(ADD, 0.04, context=("aten::add_",)), act(RELU, 0.04, context=("aten::relu",))]
+    reference = [act(FPROP, 0.4, context=CONV), act(ADD, 0.04, context=("aten::add_",)),
+                 act(RELU, 0.04, context=("aten::relu",))]
     candidate = [act(FPROP, 0.4, context=CONV), act(FUSED, 0.05)]
     strict = judge(candidate, OWN, launch_count(reference), STRICT)
     partial = judge(candidate, OWN, launch_count(reference), PARTIAL)
@@ -565,7 +589,8 @@ def test_result_round_trip_table_and_feedback():
     feedback = profile_feedback(result, sol_fraction=0.42)
     assert result.table in feedback and "42.0% of this GPU's speed of light" in feedback
     fields = result.verdict_fields()
-    assert fields["own_share"] == result.own_share and set(fields["kernels"][0]) >= {"name", "origin", "calls", "ms", "share"}
+    assert fields["own_share"] == result.own_share
+    assert set(fields["kernels"][0]) >= {"name", "origin", "calls", "ms", "share"}
 
 
 def test_package_imports_without_torch():
@@ -611,8 +636,8 @@ def test_profile_forward_glue_with_a_fake_profiler(tmp_path):
         CPU, CUDA = "CPU", "CUDA"
 
     handles = ProfilerHandles(FakeProfile, Activity, record_function, lambda device=None: calls.append("sync"), no_grad)
-    acts = profile_forward(lambda x: calls.append(f"forward:{x}"), (7,), None, handles, raw_trace_path=tmp_path / "raw.json",
-                           padding=0)
+    acts = profile_forward(lambda x: calls.append(f"forward:{x}"), (7,), None, handles,
+                           raw_trace_path=tmp_path / "raw.json", padding=0)
     assert calls == ["sync", "profile:CPU,CUDA", f"range:{FORWARD_ANNOTATION}", "forward:7", "sync"]
     assert (tmp_path / "raw.json").is_file() and launch_count(acts) == 6
     calls.clear()
@@ -677,7 +702,8 @@ def test_launch_context_falls_back_to_the_external_id():
     raw = {"traceEvents": [
         {"ph": "X", "cat": "user_annotation", "name": FORWARD_ANNOTATION, "pid": 1, "tid": 1, "ts": 0, "dur": 100,
          "args": {"External id": 1}},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 20, "args": {"External id": 2}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 20,
+         "args": {"External id": 2}},
         {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernelEx", "pid": 1, "tid": 99, "ts": 15, "dur": 2,
          "args": {"External id": 2, "correlation": 7}},
         {"ph": "X", "cat": "kernel", "name": "nvjet_tst_64x8_1x2", "pid": 0, "tid": 7, "ts": 40, "dur": 5.0,

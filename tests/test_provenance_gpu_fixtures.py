@@ -51,7 +51,7 @@ def test_kernelbench_adversarial_kernels_are_rejected_statically(path):
 
 
 def _cache() -> Path:
-    from conftest import shared_build_cache_dir
+    from build_cache_support import shared_build_cache_dir
 
     return shared_build_cache_dir()
 
@@ -62,7 +62,8 @@ def test_candidate_compiles_and_lists_its_kernels(path):
     from kevin_agent.evaluate.build.cache import BuildCache
     from kevin_agent.evaluate.build.compile import compile_candidate
 
-    outcome = compile_candidate(path.read_text(), BuildCache(_cache(), arch=os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0")))
+    arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0")
+    outcome = compile_candidate(path.read_text(), BuildCache(_cache(), arch=arch))
     assert outcome.ok, outcome.message
     for result in outcome.results:
         assert result.kernels and result.kernels["kernels"], result.kernels

@@ -21,16 +21,17 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from loop_fixtures import TASK_FILE, with_verdicts, write_script
+from ray_cluster import ROOT, LocalCluster, pid_alive
 
 from kevin_agent.data import Stage, Task
 from kevin_agent.errors import EnvironmentProblem
 from kevin_agent.evaluate.api import EvalSettings
 from kevin_agent.evaluate.evaluator import make_evaluator
 from kevin_agent.evaluate.ray_worker import pack_entries, relocate_outcome, unpack_entries
-from loop_fixtures import TASK_FILE, write_script
-from ray_cluster import ROOT, LocalCluster, pid_alive
 
 KERNELS = ROOT / "tests" / "fixtures" / "kernels"
 GOOD = (KERNELS / "add_candidate.py").read_text()
@@ -84,8 +85,9 @@ def test_nothing_imports_ray_without_the_setting(tmp_path):
 # -- build entries travel as bytes ---------------------------------------------------------------
 
 def test_build_entries_travel_as_bytes_and_land_under_their_key(tmp_path):
-    from kevin_agent.evaluate.build.cache import BuildCache
     from ray_fixtures import fake_compile
+
+    from kevin_agent.evaluate.build.cache import BuildCache
 
     source = BuildCache(tmp_path / "node")
     outcome = fake_compile(candidate("one"), source)
@@ -131,9 +133,10 @@ def standin_node(tmp_path: Path, monkeypatch, compiler: str = FAKE_COMPILE):
 def test_a_gpu_node_lets_the_candidate_read_its_own_node_side_build_entries(tmp_path, monkeypatch):
     """The sandbox grants the job's ``build_entries`` only: they must be the node's, whether the
     entries travelled with the job or the node built the candidate itself."""
+    from ray_fixtures import fake_compile
+
     from kevin_agent.evaluate.build.cache import BuildCache
     from kevin_agent.evaluate.protocol import WorkerJob
-    from ray_fixtures import fake_compile
 
     code = candidate("entries")
     laptop = BuildCache(tmp_path / "laptop")
@@ -201,6 +204,8 @@ def scripted_lane(evaluator, comes_up: bool, device=None):
     from kevin_agent.evaluate.ray_lanes import RayLane
 
     class ScriptedLane(RayLane):
+        comes_up = False
+
         def wait_up(self, timeout_s: float) -> bool:
             self.up = self.comes_up
             return self.up
@@ -233,8 +238,11 @@ def test_failing_the_queued_candidates_never_waits_on_an_empty_queue(tmp_path, m
     # another lane's thread took the last item between a check and a take: never block
     monkeypatch.setattr(evaluator._queue, "empty", lambda: False)
     done = threading.Event()
-    threading.Thread(target=lambda: (evaluator._fail_queued(EnvironmentProblem("gone")), done.set()),
-                     daemon=True).start()
+    def fail_then_say() -> None:
+        evaluator._fail_queued(EnvironmentProblem("gone"))
+        done.set()
+
+    threading.Thread(target=fail_then_say, daemon=True).start()
     assert done.wait(120), "_fail_queued blocked on an empty queue"  # it returns at once
     monkeypatch.undo()
     item = queued_item()
@@ -310,9 +318,10 @@ def test_baselines_are_measured_again_only_on_a_lane_that_is_up_with_the_same_gp
 
 def two_gpu_run(root: Path):
     """t0.* measured on an H100 (best 2.0x), t1.* on an A100 (best 3.0x): never compared."""
+    from loop_fixtures import STORED_TASK, VERDICTS
+
     from kevin_agent.data import Candidate, Message, Verdict
     from kevin_agent.store import RunStore
-    from loop_fixtures import STORED_TASK, VERDICTS
 
     store = RunStore.for_path(root)
     store.create_run("run-gpus", STORED_TASK, {"trajectories": 2, "turns": 2})
@@ -361,7 +370,7 @@ def test_report_plots_one_gpu_model_and_lists_the_best_per_model(tmp_path):
 
 # -- a real local cluster ---------------------------------------------------------------------------
 
-ray = pytest.importorskip("ray")  # noqa: E402  (the tests above need no Ray)
+ray = pytest.importorskip("ray")  # the tests above need no Ray
 
 
 @pytest.fixture(scope="module")
@@ -377,7 +386,8 @@ def cluster():
 
 
 def ray_settings(cluster: LocalCluster, tmp_path: Path, **changes) -> EvalSettings:
-    values = dict(arch="9.0", cluster=cluster.address, cache_dir=tmp_path / "laptop-cache", run_timeout_s=60)
+    values: dict[str, Any] = dict(arch="9.0", cluster=cluster.address, cache_dir=tmp_path / "laptop-cache",
+                                  run_timeout_s=60)
     values.update(changes)
     return EvalSettings(**values)
 
@@ -542,7 +552,7 @@ def test_kevin_optimize_on_the_cluster_stores_every_verdict(cluster, tmp_path):
                           timeout=800)
     assert done.returncode == 0, done.stderr[-3000:]
     record = RunStore.for_path(repo).load_run("latest")
-    verdicts = [v for _, v in record.candidates]
+    verdicts = [v for _, v in with_verdicts(record.candidates)]
     assert len(verdicts) == 4 and all(v is not None for v in verdicts)
     assert all(v.stage is Stage.TIMING and v.ok for v in verdicts)
     assert {v.details.lane for v in verdicts} == {"ray:gpu-a/cuda:0"}
@@ -576,7 +586,7 @@ def test_a_real_compile_as_a_ray_task_lands_usable_in_another_cache(cluster, tmp
     laptop = BuildCache(tmp_path / "laptop", arch="9.0")
     unpack_entries(reply["blob"], laptop.root)
     moved = relocate_outcome(outcome, laptop.root)
-    assert Path(moved.results[0].module_path).is_file()
+    assert moved.results[0].module_path and Path(moved.results[0].module_path).is_file()
     specs, _ = extract_specs(code)
     again = laptop.build(specs[0])  # same toolchain here: the unpacked entry is found, not rebuilt
     assert again.ok and again.cache_hit and again.key == outcome.results[0].key

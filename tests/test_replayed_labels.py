@@ -8,15 +8,16 @@ import io
 import json
 from pathlib import Path
 
+from accept_support import MODULE, fixture_candidate, good_verdict, make_record, make_repo
+
 from kevin_agent.accept import accept, find_accepted, plan_accept
 from kevin_agent.data import Candidate, Stage, Task, Verdict, VerdictDetails
-from kevin_agent.events import VerdictReady
 from kevin_agent.evaluate.replay import ReplayEvaluator
+from kevin_agent.events import VerdictReady
 from kevin_agent.progress import print_run_result, verdict_line
 from kevin_agent.report import render_html
 from kevin_agent.run_record import RunRecord
 from kevin_agent.verdict_text import gpu_short, measured_label, render_verdict, replay_note
-from accept_support import MODULE, fixture_candidate, good_verdict, make_record, make_repo
 
 KERNELS = Path(__file__).parent / "fixtures" / "kernels"
 GOOD = (KERNELS / "add_candidate.py").read_text()
@@ -50,7 +51,8 @@ def test_replay_keeps_the_recorded_gpu_and_run_and_marks_the_verdict_replayed(tm
 def test_static_rejections_are_made_here_not_replayed(tmp_path):
     path = tmp_path / "replay.json"
     path.write_text(json.dumps({"default": recorded(gpu_name="NVIDIA H200")}))
-    hack = "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n        return a + b\n"
+    hack = ("import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n"
+            "        return a + b\n")
     verdict = ReplayEvaluator(path).evaluate(TASK, [hack])[0]
     assert verdict.stage is Stage.STATIC and not verdict.details.replayed
 
@@ -100,7 +102,7 @@ def test_accepting_a_replayed_verdict_says_so_in_the_commit_and_the_files(tmp_pa
     plan = plan_accept(record, repo_root=tmp_path)
     assert any(MEASURED in note for note in plan.notes)
     result = accept(plan)
-    message = repo.head.commit.message
+    message = str(repo.head.commit.message)
     subject, body = message.split("\n", 1)
     assert subject == "kevin: CUDA kernel for FusedBlock (1.84x eager, 1.21x torch.compile, NVIDIA H200, replayed)"
     assert "verified by kevin-agent on the GPU" not in message
@@ -116,7 +118,7 @@ def test_accepting_a_replayed_verdict_says_so_in_the_commit_and_the_files(tmp_pa
 def test_a_verdict_measured_here_keeps_the_verified_wording(tmp_path):
     repo = make_repo(tmp_path)
     accept(plan_accept(make_record(tmp_path / MODULE, fixture_candidate("gelu")), repo_root=tmp_path))
-    message = repo.head.commit.message
+    message = str(repo.head.commit.message)
     assert message.startswith("kevin: CUDA kernel for FusedBlock (1.84x eager, 1.21x torch.compile, NVIDIA H200)\n")
     assert "verified by kevin-agent on the GPU" in message and "replayed" not in message
 

@@ -8,11 +8,11 @@ import subprocess
 import sys
 
 import pytest
+from loop_fixtures import stored_run
 from PIL import Image
 
 from kevin_agent.report import figure, report_data, write_report
 from kevin_agent.run_table import conclude
-from loop_fixtures import stored_run
 
 
 def test_report_data_is_best_so_far_per_trajectory_with_reference_lines(tmp_path):
@@ -46,9 +46,11 @@ def test_report_files_png_and_html(tmp_path):
     with Image.open(files.png) as image:
         assert image.format == "PNG" and image.size == (800, 450)
         colours = image.convert("RGB").getcolors(maxcolors=1_000_000)
-    assert len(colours) > 10  # lines were drawn, not a blank canvas
+    assert colours is not None and len(colours) > 10  # lines were drawn, not a blank canvas
     page = files.html.read_text()
-    embedded = re.search(r'src="data:image/png;base64,([^"]+)"', page).group(1)
+    found = re.search(r'src="data:image/png;base64,([^"]+)"', page)
+    assert found, "no embedded image"
+    embedded = found.group(1)
     assert base64.b64decode(embedded) == files.png.read_bytes()
     table = page.split('<table id="candidates">')[1]
     rows = re.findall(r"<tr><td>(t\d\.\d)</td>", table)

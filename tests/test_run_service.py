@@ -10,17 +10,18 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
+from loop_fixtures import TASK_FILE, write_replay, write_script
 
-from kevin_agent.errors import UserInputError
+from kevin_agent.errors import EnvironmentProblem, UserInputError
 from kevin_agent.evaluate.replay import ReplayEvaluator
 from kevin_agent.events import RunDone, RunStarted, TurnDone, VerdictReady
 from kevin_agent.runs.request import RunRequest
 from kevin_agent.runs.service import RunService
 from kevin_agent.runs.state import RunView
 from kevin_agent.store import RunStore
-from loop_fixtures import TASK_FILE, write_replay, write_script
 
 PLAN = {(0, 0): "slow", (1, 0): "broken", (0, 1): "quick", (1, 1): "wrong"}
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +46,7 @@ def project(tmp_path) -> Path:
 
 def request(project: Path, tmp_path: Path, plan=PLAN, **overrides) -> RunRequest:
     script = write_script(tmp_path / "script.json", plan)
-    values = dict(target=str(project / "add.py"), trajectories=2, turns=2, config_dir=project,
+    values: dict[str, Any] = dict(target=str(project / "add.py"), trajectories=2, turns=2, config_dir=project,
                   backend_flags={"backend": "scripted", "script": str(script)},
                   evaluator=f"replay:{write_replay(tmp_path / 'replay.json', 0.2)}", gpu_name="NVIDIA H100")
     values.update(overrides)
@@ -53,7 +54,7 @@ def request(project: Path, tmp_path: Path, plan=PLAN, **overrides) -> RunRequest
 
 
 def test_cli_use_one_run_then_close_everything(project, tmp_path):
-    events = []
+    events: list[Any] = []
     made = []
 
     def make_evaluator(spec, settings):
@@ -65,9 +66,10 @@ def test_cli_use_one_run_then_close_everything(project, tmp_path):
         outcome = service.run(request(project, tmp_path), events.append)
         store = service.store_for(project)
         assert outcome.exit_code == 0 and outcome.record.status == "done"
-        assert store.load_run(outcome.record.run_id).best()[0].id == "t0.1"
+        best = store.load_run(outcome.record.run_id).best()
+        assert best is not None and best[0].id == "t0.1"
     assert len(made) == 1 and CountingReplay.closed == 1  # the service closed what it opened
-    with pytest.raises(Exception):
+    with pytest.raises(EnvironmentProblem, match="closed database"):
         store.list_runs()  # the store is closed too
     view = RunView()
     for event in events:
@@ -156,7 +158,7 @@ def test_a_run_is_played_by_one_process_at_a_time(project, tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", HOLD, run_id, str(project)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, env=env)
     try:
-        assert holder.stdout.readline().strip() == "locked"
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         with pytest.raises(UserInputError, match=f"pid {holder.pid}"):
             RunService(environ={}).open(RunRequest(resume=run_id, config_dir=project))
     finally:

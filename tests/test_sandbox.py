@@ -16,14 +16,24 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kevin_agent.evaluate.sandbox import (
-    SandboxPolicy, SandboxSupport, SandboxUnavailable, compile_policy, confine, explain_denial, launch_command,
-    probe, startup_policy, unavailable, worker_policy,
+    SandboxPolicy,
+    SandboxSupport,
+    SandboxUnavailable,
+    compile_policy,
+    confine,
+    explain_denial,
+    launch_command,
+    probe,
+    seccomp,
+    startup_policy,
+    unavailable,
+    worker_policy,
 )
-from kevin_agent.evaluate.sandbox import seccomp
 from kevin_agent.evaluate.sandbox.attacks import ATTACKS, by_name, candidate_source
 from kevin_agent.evaluate.sandbox.check import _Listener, compare, run_check_child
 
@@ -98,7 +108,7 @@ def test_probe_reports_landlock_and_seccomp():
 @pytest.fixture(scope="module")
 def attack_runs(world):
     scratch, targets = world["scratch"], world["targets"]
-    candidates = []
+    candidates: list[dict[str, Any]] = []
     ordered = [a for a in TESTED if not a.last] + [a for a in TESTED if a.last]
     for where in PLACES:
         for attack in ordered:
@@ -216,7 +226,8 @@ def test_legit_workload_still_works_confined(world, prebuilt_extension, tmp_path
         call = "legit(T)\n" if where == "import" else ""
         forward = "        legit(T)\n" if where == "forward" else ""
         path.write_text(f"T = {targets!r}\n" + LEGIT_CODE + call
-                        + "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n" + forward + "        return x\n")
+                        + "class ModelNew(torch.nn.Module):\n    def forward(self, "
+                          "x):\n" + forward + "        return x\n")
         candidates.append({"key": where, "path": str(path), "where": where})
     policy = worker_policy(scratch, [prebuilt_extension.parent], gpu=False, protect=[world["repo"]])
     out = run_harness(tmp_path, {"mode": "required", "policy": policy.to_dict(), "import_torch": False,
@@ -290,11 +301,12 @@ def test_worker_layers_bind_threads_started_between_them(world, tmp_path):
     (cache / "inductor").mkdir(parents=True)
     startup = startup_policy(job, cache, extra_write=[cache / "inductor"], gpu=False, protect=[world["repo"]])
     candidate = worker_policy(job / "work", gpu=False, protect=[world["repo"]])
-    spec = {"startup": startup.to_dict(), "candidate": candidate.to_dict(), "home_file": str(world["home"] / "secret.txt"),
-            "cache_write": str(cache / "inductor"), "scratch": str(job / "work")}
+    spec = {"startup": startup.to_dict(), "candidate": candidate.to_dict(),
+            "home_file": str(world["home"] / "secret.txt"), "cache_write": str(cache / "inductor"),
+            "scratch": str(job / "work")}
     proc = subprocess.run([sys.executable, "-c", TWO_LAYERS, json.dumps(spec)], cwd=job / "work",
                           env=child_env(world["home"]), capture_output=True, text=True, timeout=240)
-    line = [l for l in proc.stdout.splitlines() if l.startswith("TWO:")]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("TWO:")]
     assert line, proc.stderr[-3000:]
     out = json.loads(line[0][4:])
     assert out["threads"] > 1 and out["all_threads"], out
@@ -323,7 +335,7 @@ def test_required_mode_refuses_to_run_without_landlock(tmp_path):
                                      "seccomp unavailable: simulated: this kernel has no Landlock)")
     assert confine(policy, "off").details_line() == "sandbox: off"
     with pytest.raises(ValueError):
-        confine(policy, "sometimes")  # type: ignore[arg-type]
+        confine(policy, "sometimes")  # type: ignore[arg-type]  # a bad mode on purpose
     status = Path("/proc/self/status").read_text()  # nothing was applied to this (pytest) process
     assert "NoNewPrivs:\t0" in status and "Seccomp:\t0" in status
 
@@ -373,9 +385,9 @@ def test_worker_policy_hides_home_checkout_and_cwd(tmp_path, monkeypatch):
 
 def test_explain_denial_names_the_sandbox():
     report = _active_report()
-    assert "Blocked by the sandbox (landlock abi 7 + seccomp)" in explain_denial(
-        PermissionError(errno.EACCES, "Permission denied", "/home/u/.ssh/id_rsa"), report)
-    assert "not permitted" in explain_denial("PermissionError: [Errno 1] Operation not permitted", report)
+    assert "Blocked by the sandbox (landlock abi 7 + seccomp)" in (explain_denial(
+        PermissionError(errno.EACCES, "Permission denied", "/home/u/.ssh/id_rsa"), report) or "")
+    assert "not permitted" in (explain_denial("PermissionError: [Errno 1] Operation not permitted", report) or "")
     assert explain_denial(ValueError("bad shape"), report) is None
     assert explain_denial(PermissionError(errno.EACCES, "x"), None) is None or True  # no active layer here
 
@@ -466,7 +478,7 @@ def test_launch_runs_a_module_already_confined(world):
             "--targets", json.dumps(world["targets"])]
     proc = subprocess.run(launch_command(policy, argv, "required", module=True), cwd=world["scratch"],
                           env=child_env(world["home"]), capture_output=True, text=True, timeout=100)
-    line = [l for l in proc.stdout.splitlines() if l.startswith("KEVIN_SANDBOX_CHECK:")]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("KEVIN_SANDBOX_CHECK:")]
     assert line, proc.stderr[-2000:]
     results = json.loads(line[0][len("KEVIN_SANDBOX_CHECK:"):])["results"]
     assert not results["read_home"]["ok"] and not results["tcp_connect"]["ok"] and not results["spawn_shell"]["ok"]

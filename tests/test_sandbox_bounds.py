@@ -99,7 +99,7 @@ AARCH64 = {"fchmod": 52, "fchmodat": 53, "fchownat": 54, "utimensat": 88, "setxa
 
 @pytest.mark.parametrize("arch, table", [("x86_64", X86), ("aarch64", AARCH64)])
 def test_seccomp_refuses_metadata_calls_unless_allowed(arch, table):
-    from tests.test_sandbox import _run_bpf
+    from test_sandbox import _run_bpf
 
     audit = seccomp.AUDIT_ARCH[arch]
     refused, _ = seccomp.build_filter(network=False, processes=True, arch=arch)

@@ -28,13 +28,13 @@ def test_the_self_check_runs_with_home_nonexistent():
                           timeout=180, env=env)
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    line = next(l for l in proc.stdout.splitlines() if "read a file in the user's home" in l)
+    line = next(ln for ln in proc.stdout.splitlines() if "read a file in the user's home" in ln)
     assert " blocked " in line, line
 
 
 def test_a_check_child_that_times_out_is_a_failed_row(monkeypatch):
     def hang(command, **kwargs):
-        raise subprocess.TimeoutExpired(command, kwargs.get("timeout"))
+        raise subprocess.TimeoutExpired(command, kwargs.get("timeout") or 0)
 
     monkeypatch.setattr(check.subprocess, "run", hang)
     line, results = check.check_sandbox("auto", timeout_s=1.0)

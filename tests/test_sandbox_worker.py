@@ -74,7 +74,12 @@ def test_the_candidate_layer_grants_the_devices_its_parent_listed(tmp_path, monk
     monkeypatch.setattr(policy_module.glob, "glob", lambda pattern: [])  # /dev is not listable here
     monkeypatch.setenv(policy_module.DEVICES_ENV, os.pathsep.join(["/dev/null", gpu_node, "/home/x"]))
     applied = []
-    monkeypatch.setattr(sandbox, "confine", lambda policy, mode: applied.append(policy) or SandboxReport(mode, "stub"))
+
+    def confine(policy, mode):
+        applied.append(policy)
+        return SandboxReport(mode, "stub")
+
+    monkeypatch.setattr(sandbox, "confine", confine)
     job = WorkerJob("task", "code", tmp_path / "result.json", EvalSettings(sandbox="auto"),
                     build_entries=(str(tmp_path),))
     assert confine_candidate(job, tmp_path / "cache").startswith("stub")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
+from loop_fixtures import TASK_FILE, with_verdicts, write_replay, write_script
 
 from kevin_agent import feedback
 from kevin_agent.backends.scripted import ScriptedBackend
@@ -25,7 +27,6 @@ from kevin_agent.events import (
 from kevin_agent.loop.session import RunSettings, Session
 from kevin_agent.store import RunStore
 from kevin_agent.task import load_task
-from loop_fixtures import TASK_FILE, write_replay, write_script
 
 GPU = "NVIDIA H100 (test)"
 
@@ -52,7 +53,7 @@ def replay(tmp_path: Path) -> ReplayEvaluator:
 
 
 def settings(**overrides) -> RunSettings:
-    base = dict(trajectories=2, turns=3, gpu_name=GPU,
+    base: dict[str, Any] = dict(trajectories=2, turns=3, gpu_name=GPU,
                 backend=BackendSettings(backend="scripted", script="unused"))
     base.update(overrides)
     return RunSettings(**base)
@@ -73,13 +74,13 @@ def test_multi_turn_feedback_reaches_the_next_prompt_and_best_ignores_suspicious
         (0, 0): "broken", (0, 1): "slow", (0, 2): "quick",
         (1, 0): "!I am not sure what to write.", (1, 1): "hack", (1, 2): "wrong",
     })
-    events = []
+    events: list[Any] = []
     session = Session(task, settings(), backend, replay, store, events.append)
     record = session.run()
 
     assert record.status == "done"
     assert [c.id for c, _ in record.candidates] == ["t0.0", "t1.0", "t0.1", "t1.1", "t0.2", "t1.2"]
-    stages = {c.id: (v.stage, v.ok) for c, v in record.candidates}
+    stages = {c.id: (v.stage, v.ok) for c, v in with_verdicts(record.candidates)}
     assert stages["t0.0"] == (Stage.COMPILE, False)
     assert stages["t1.0"] == (Stage.FORMAT, False)
     assert stages["t1.1"] == (Stage.TIMING, True)
@@ -99,7 +100,7 @@ def test_multi_turn_feedback_reaches_the_next_prompt_and_best_ignores_suspicious
     assert best is not None and best[0].id == "t0.2" and best[1].speedup == pytest.approx(2.0)
     assert [e.best_speedup for e in events if isinstance(e, TurnDone)] == [0.0, 0.8, 2.0]
     assert isinstance(events[0], RunStarted) and isinstance(events[-1], RunDone)
-    assert events[-1].best.id == "t0.2" and not events[-1].cancelled
+    assert events[-1].best is not None and events[-1].best.id == "t0.2" and not events[-1].cancelled
     assert sum(isinstance(e, VerdictReady) for e in events) == 6
     assert sum(isinstance(e, CandidateGenerated) for e in events) == 6
 
@@ -110,7 +111,7 @@ def test_multi_turn_feedback_reaches_the_next_prompt_and_best_ignores_suspicious
 
 def test_early_stop_at_target_speedup(tmp_path, task, store, replay):
     backend = scripted(tmp_path, {(0, 0): "slow", (1, 0): "quick", (0, 1): "slow", (1, 1): "slow"})
-    events = []
+    events: list[Any] = []
     record = Session(task, settings(turns=4, target_speedup=1.5), backend, replay, store,
                      events.append).run()
     assert record.status == "done"
@@ -144,7 +145,7 @@ def test_beam_must_divide_the_trajectories(tmp_path, task, store, replay):
 def test_cancel_mid_turn_keeps_finished_work_and_resume_completes(tmp_path, task, store, replay):
     plan = {(i, t): m for i in range(2) for t, m in enumerate(("slow", "quick", "fastest"))}
     cancel = threading.Event()
-    events = []
+    events: list[Any] = []
 
     def sink(event):
         events.append(event)
@@ -194,7 +195,7 @@ def test_cancel_during_generation_then_resume_redoes_the_turn(tmp_path, task, st
 def test_all_requests_failing_fails_the_run_but_keeps_it(tmp_path, task, store, replay):
     backend = ScriptedBackend([{"trajectory": 0, "turn": 0, "error": "HTTP 500 from the server"},
                                {"trajectory": 1, "turn": 0, "error": "HTTP 500 from the server"}])
-    events = []
+    events: list[Any] = []
     session = Session(task, settings(), backend, replay, store, events.append)
     record = session.run()
     assert record.status == "failed"
@@ -212,6 +213,7 @@ def test_one_failed_request_is_recorded_as_a_format_failure(tmp_path, task, stor
     record = Session(task, settings(turns=1), backend, replay, store).run()
     assert record.status == "done"
     candidate, verdict = record.candidate("t0.0")
-    assert verdict.stage is Stage.FORMAT and not verdict.ok
+    assert verdict is not None and verdict.stage is Stage.FORMAT and not verdict.ok
     assert "connection reset" in verdict.message
-    assert record.best()[0].id == "t1.0"
+    best = record.best()
+    assert best is not None and best[0].id == "t1.0"

@@ -4,8 +4,8 @@ tie in the conclusion, the commit, the editor's question and the terminal UI."""
 from __future__ import annotations
 
 import pytest
-
 from accept_support import good_verdict, make_record
+
 from kevin_agent.data import Candidate, TimingStats
 from kevin_agent.evaluate.worker.timing import stats_from_samples
 from kevin_agent.run_table import better_choice, compare_times, conclude
@@ -56,10 +56,10 @@ def test_a_tie_is_called_a_tie_in_the_conclusion_and_the_commit(tmp_path):
 
 
 def test_the_editor_question_says_tie():
+    from kevin_agent.data import Task
     from kevin_agent.events import RunDone, VerdictReady
     from kevin_agent.lsp.reporting import result_message
     from kevin_agent.lsp.runs import RunState
-    from kevin_agent.data import Task
 
     state = RunState("file:///m.py", "Block", Task("class Model: pass", "Model"), 1, 1, status="done")
     best = (Candidate(0, 0, id="t0.0"), tied_verdict())

@@ -78,7 +78,8 @@ def test_static_and_hook_normalise_alike():
 
 
 def test_fixture_candidates_extract_statically():
-    candidates = sorted((FIXTURES / "kernels").glob("*_candidate.py")) + sorted((FIXTURES / "build").glob("*_candidate.py"))
+    candidates = (sorted((FIXTURES / "kernels").glob("*_candidate.py"))
+                  + sorted((FIXTURES / "build").glob("*_candidate.py")))
     assert candidates
     for path in candidates:
         specs, how = extract_specs(path.read_text())
@@ -102,7 +103,8 @@ def test_dynamic_candidate_is_recorded_in_a_child_without_secrets_or_gpu(tmp_pat
 
 
 def test_child_failure_before_load_inline_is_reported():
-    code = "from torch.utils.cpp_extension import load_inline\nraise ValueError('boom' + str(1))\nload_inline(name='m', cpp_sources=str(2))\n"
+    code = ("from torch.utils.cpp_extension import load_inline\nraise ValueError('boom' + str(1))\n"
+            "load_inline(name='m', cpp_sources=str(2))\n")
     with pytest.raises(SourceExtractionError, match="ValueError: boom1"):
         extract_specs(code)
 
@@ -125,7 +127,8 @@ def test_child_environment_drops_secret_names(monkeypatch):
 def test_child_that_hangs_is_killed_within_the_limit():
     import time
 
-    code = "import time\nfrom torch.utils.cpp_extension import load_inline\nsrc = str(1)\nwhile True:\n    time.sleep(1)\n"
+    code = ("import time\nfrom torch.utils.cpp_extension import load_inline\nsrc = str(1)\nwhile True:\n"
+            "    time.sleep(1)\n")
     start = time.monotonic()
     with pytest.raises(SourceExtractionError, match="did not finish within 20 s"):
         extract_specs(code, timeout_s=20)
@@ -158,7 +161,8 @@ def test_positional_name_and_sources_bind_through_torchs_signature():
             "mod = load_inline('tiled_matmul', CPP, CUDA, functions=['f'], verbose=False)\n")
     (spec,) = extract_static(code)
     assert (spec.name, spec.cpp_sources, spec.functions) == ("tiled_matmul", (CPP_TEXT,), ("f",))
-    call = next(n for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "load_inline")
+    call = next(n for n in ast.walk(ast.parse(code))
+                if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "load_inline")
     assert set(bind_arguments(call)) == {"name", "cpp_sources", "cuda_sources", "functions", "verbose"}
 
 

@@ -7,11 +7,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from static_cases import ACCEPTED, REJECTED, TASK, make
 
 from kevin_agent.evaluate.static.checks import (
-    HINT, REJECT, RULES, Violation, check_all, check_candidate, format_violations, hints_for,
+    HINT,
+    REJECT,
+    RULES,
+    Violation,
+    check_all,
+    check_candidate,
+    format_violations,
+    hints_for,
 )
-from static_cases import ACCEPTED, REJECTED, TASK, make
 
 KERNELS = Path(__file__).parent / "fixtures" / "kernels"
 STATIC = Path(__file__).parent / "fixtures" / "static"
@@ -112,6 +119,7 @@ def test_cuda_violation_points_at_its_python_line() -> None:
 def test_python_violation_names_the_call_and_the_remedy() -> None:
     [hit] = [v for v in hints_for(make(forward="return torch.matmul(x, x)")) if v.rule == "torch-compute"]
     assert "torch.matmul" in hit.message and "own CUDA kernel" in hit.message
+    assert hit.line is not None
     assert "torch.matmul" in make(forward="return torch.matmul(x, x)").splitlines()[hit.line - 1]
 
 

@@ -15,6 +15,7 @@ from kevin_agent.tokens import (
     make_token_counter,
 )
 
+
 def _word_tokenizer(path: Path) -> None:
     """A small real tokenizer (word level, whitespace split) saved as tokenizer.json."""
     from tokenizers import Tokenizer, models, pre_tokenizers

@@ -196,6 +196,7 @@ def flagged_repo(tmp_path, monkeypatch):
     store.create_run(record.run_id, record.task, record.settings)
     for candidate, v in record.candidates:
         store.add_candidate(record.run_id, candidate, [])
+        assert v is not None
         store.add_verdict(record.run_id, candidate.id, v)
     store.set_status(record.run_id, "done")
     store.close()

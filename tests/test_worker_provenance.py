@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -16,7 +16,7 @@ import torch
 from kevin_agent.data import Stage, Verdict, VerdictDetails
 from kevin_agent.evaluate.api import EvalSettings
 from kevin_agent.evaluate.build.cache import BuildResult, _read_entry, rehome
-from kevin_agent.evaluate.provenance.trace import KernelActivity, ProfileTrace
+from kevin_agent.evaluate.provenance.trace import ProfileTrace
 from kevin_agent.evaluate.worker import guards
 from kevin_agent.evaluate.worker import provenance as W
 from kevin_agent.verdict_text import render_verdict
@@ -105,9 +105,9 @@ def test_accepted_candidate_keeps_its_result_for_the_feedback(profiled, tmp_path
     assert run(ctx, "own_add_zeros_fill", 2) is None
     d = ctx.details
     assert ctx.provenance is not None and ctx.provenance.ok
-    assert d.provenance_ok and d.provenance_policy == "strict" and 0.5 < d.own_share < 1.0
+    assert d.provenance_ok and d.provenance_policy == "strict" and d.own_share is not None and 0.5 < d.own_share < 1.0
     assert d.kernels and {"name", "origin", "calls", "ms", "share"} <= set(d.kernels[0])
-    assert d.provenance_summary.startswith("provenance strict: accepted")
+    assert (d.provenance_summary or "").startswith("provenance strict: accepted")
     assert profiled["calls"] == ["candidate"]  # the baseline's launch count is reused
 
 
@@ -121,7 +121,7 @@ def test_strict_rejection_names_foreign_kernels_partial_and_the_source_hints(pro
     assert "cuDNN" in verdict.message and "%" in verdict.message
     assert "Where your code likely does that work:\nline 0: calls F.conv2d" in verdict.message
     assert "and 2 more" in verdict.message
-    assert ctx.details.partial_would_accept is True and "partial would accept" in ctx.details.provenance_summary
+    assert ctx.details.partial_would_accept is True and "partial would accept" in (ctx.details.provenance_summary or "")
     assert ctx.details.error and ctx.details.error in verdict.message  # not printed twice by render_verdict
     assert ctx.provenance is None
 
@@ -132,7 +132,8 @@ def test_reference_is_profiled_when_the_baseline_has_no_launch_count(profiled, t
     verdict = run(ctx, "token_own_torch_fallback", None)
     assert profiled["calls"] == ["candidate", "reference"]
     assert verdict is not None and "not fewer than" in verdict.message
-    assert ctx.details.reference_launches == ProfileTrace.from_dict(scenario("token_own_torch_fallback")["reference"]).launches
+    reference = ProfileTrace.from_dict(scenario("token_own_torch_fallback")["reference"])
+    assert ctx.details.reference_launches == reference.launches
 
 
 def test_strict_profiles_the_reference_only_to_say_what_partial_would_do(profiled, tmp_path):
@@ -224,7 +225,12 @@ def test_own_kernels_union_dedupes_and_lists_old_entries(monkeypatch):
     from kevin_agent.evaluate.provenance.symbols import ExtensionKernels
 
     listed = []
-    monkeypatch.setattr(W, "list_kernels", lambda path: listed.append(path) or ExtensionKernels(path, ("_Z1kPf",)))
+
+    def list_kernels(path):
+        listed.append(path)
+        return ExtensionKernels(path, ("_Z1kPf",))
+
+    monkeypatch.setattr(W, "list_kernels", list_kernels)
     old = build_result([], "/old.so")
     old.kernels = None
     own, extensions = W.own_kernels([build_result(["_Z1aPf"], "/a.so"), build_result(["_Z1aPf"], "/a.so"),
@@ -264,7 +270,8 @@ def test_render_verdict_shows_the_kernel_table_fp64_errors_and_the_provenance_li
                   "ms": 0.03, "share": 0.75, "role": "compute"},
                  {"name": "Memset (Device)", "origin": "torch", "calls": 1, "ms": 0.01, "share": 0.25, "role": "fill"}])
     text = render_verdict(Verdict(Stage.TIMING, True, "ok", details))
-    assert "against float64: max abs 0.0022 (eager's own 0.0011), RMS 0.0003 (eager's own 0.0002); passed by the float64 rule" in text
+    assert ("against float64: max abs 0.0022 (eager's own 0.0011), RMS 0.0003 (eager's own 0.0002); passed by the "
+            "float64 rule") in text
     assert "provenance strict: accepted; own kernels 75.0%" in text
     assert "relu_kernel<float>" in text and "(float const*" not in text and "torch/fill" in text
 
@@ -283,7 +290,8 @@ def test_relocated_build_result_moves_the_listing_path(tmp_path):
     tmp, final = tmp_path / "tmp", tmp_path / "final"
     result = build_result(["_Z1kPf"], str(tmp / "split" / "m.so"))
     moved = rehome(result, str(tmp), final)
-    assert moved.module_path == str(final / "split" / "m.so") and moved.kernels["path"] == moved.module_path
+    assert moved.module_path == str(final / "split" / "m.so")
+    assert moved.kernels is not None and moved.kernels["path"] == moved.module_path
 
 
 def test_global_numerics_settings_are_watched():
@@ -307,10 +315,10 @@ def test_profiler_entry_points_are_watched():
     assert handles.profile is torch.profiler.profile
     original = torch.profiler.profile.__enter__
     try:
-        torch.profiler.profile.__enter__ = lambda self: self
+        torch.profiler.profile.__enter__ = lambda self: self  # type: ignore[method-assign]  # the patch under test
         assert "torch.profiler.profile.__enter__" in guards.find_patched(captured)
     finally:
-        torch.profiler.profile.__enter__ = original
+        torch.profiler.profile.__enter__ = original  # type: ignore[method-assign]  # restoring the real one
 
 
 # ---------------------------------------------------------------- generated code stopped before it ran
@@ -343,7 +351,7 @@ def test_an_error_out_of_torch_compile_is_recognised_as_generated_code():
     except OSError as plain:
         assert not raised_by_generated_code(plain)
     try:  # torch.manual_seed is wrapped by dynamo's disable decorator: not generated code
-        torch.manual_seed("not a seed")  # type: ignore[arg-type]
+        torch.manual_seed("not a seed")  # a wrong argument: dynamo's wrapper raises
     except Exception as seeded:
         assert not raised_by_generated_code(seeded)
 
@@ -355,12 +363,12 @@ def test_torch_compile_stopped_by_the_sandbox_gets_the_provenance_rule(tmp_path,
     from kevin_agent.evaluate.worker import stages
 
     ctx = make_ctx(tmp_path, policy)
-    verdict = stages._failure(ctx, Stage.LOAD, _compile_error())
+    verdict = stages._failure(cast(Any, ctx), Stage.LOAD, _compile_error())
     assert verdict.stage is Stage.PROVENANCE and not verdict.ok and not verdict.correct
     assert "generated code" in verdict.message and f"policy {policy}" in verdict.message
     assert "torch.compile" in verdict.message and "Permission denied" in verdict.message
     assert ctx.details.provenance_ok is False and ctx.details.provenance_policy == policy
-    plain = stages._failure(make_ctx(tmp_path), Stage.LOAD, ValueError("bad shape"))
+    plain = stages._failure(cast(Any, make_ctx(tmp_path)), Stage.LOAD, ValueError("bad shape"))
     assert plain.stage is Stage.LOAD and "raised an error at run time" in plain.message
 
 

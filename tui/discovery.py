@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import tokenize
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 from kevin_agent.accept.find import drop_in_origin
 from kevin_agent.errors import KevinError

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from kevin_agent.data import Candidate, Verdict
 from kevin_agent.run_table import candidate_row

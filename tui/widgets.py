@@ -18,7 +18,8 @@ def best_so_far(points: dict[int, dict[int, float]], turns: int) -> dict[int, li
     """trajectory -> best speedup up to each turn (None for turns not judged yet)."""
     series: dict[int, list[Optional[float]]] = {}
     for trajectory in sorted(points):
-        best, line = 0.0, []
+        best = 0.0
+        line: list[Optional[float]] = []
         for turn in range(turns):
             value = points[trajectory].get(turn)
             if value is None:

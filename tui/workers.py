@@ -11,12 +11,20 @@ from typing import Any
 from textual import work
 from textual.message_pump import MessagePump
 
-from kevin_agent.tui.messages import (AcceptCommitted, AcceptPlanned, ModulesScanned,
-                                      RunEventArrived, RunFinished, RunLoaded, RunResumed, RunsListed,
-                                      UndoDone,
-                                      UndoProposed)
+from kevin_agent.tui.messages import (
+    AcceptCommitted,
+    AcceptPlanned,
+    ModulesScanned,
+    RunEventArrived,
+    RunFinished,
+    RunLoaded,
+    RunResumed,
+    RunsListed,
+    UndoDone,
+    UndoProposed,
+)
 
-WORK = dict(thread=True, exclusive=True, exit_on_error=False)
+WORK: dict[str, Any] = dict(thread=True, exclusive=True, exit_on_error=False)
 
 
 class WorkersMixin:
@@ -46,7 +54,7 @@ class WorkersMixin:
 
     @work(group="runs", **WORK)
     def open_run(self, run_id: str) -> None:
-        self.post_message(RunLoaded(self.deps.store.load_run(run_id)))  # type: ignore[attr-defined]
+        self.post_message(RunLoaded(self.deps.store.load_run(run_id)))  # type: ignore[attr-defined]  # runs on the App
 
     @work(group="accept", **WORK)
     def request_accept(self, run_id: str, candidate_id: str) -> None:
@@ -55,7 +63,7 @@ class WorkersMixin:
 
         plan = plan_accept(self.deps.store.load_run(run_id), candidate_id)
         preflight(plan)
-        self.post_message(AcceptPlanned(plan))  # type: ignore[attr-defined]
+        self.post_message(AcceptPlanned(plan))  # type: ignore[attr-defined]  # runs on the App
 
     @work(group="accept", **WORK)
     def commit_accept(self, plan: Any) -> None:
@@ -63,7 +71,7 @@ class WorkersMixin:
 
         result = accept(plan)
         subject = result.message.splitlines()[0] if result.message else ""
-        self.post_message(AcceptCommitted(  # type: ignore[attr-defined]
+        self.post_message(AcceptCommitted(  # type: ignore[attr-defined]  # runs on the App
             result.sha, subject, [plan.label(p) for p in result.paths]))
 
     @work(group="accept", **WORK)
@@ -72,13 +80,14 @@ class WorkersMixin:
         from kevin_agent.accept import undo_target
 
         sha, subject = undo_target(self._repo_for_undo())
-        self.post_message(UndoProposed(sha, subject))  # type: ignore[attr-defined]
+        self.post_message(UndoProposed(sha, subject))  # type: ignore[attr-defined]  # runs on the App
 
     @work(group="accept", **WORK)
     def undo_accept(self, expected: Any = None) -> None:
         from kevin_agent.accept import undo_last
 
-        self.post_message(UndoDone(undo_last(self._repo_for_undo(), expected)))  # type: ignore[attr-defined]
+        done = UndoDone(undo_last(self._repo_for_undo(), expected))
+        self.post_message(done)  # type: ignore[attr-defined]  # runs on the App
 
     def _repo_for_undo(self) -> Any:
         from kevin_agent.errors import UserInputError

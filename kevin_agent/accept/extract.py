@@ -78,8 +78,8 @@ class CandidateSource:
         return cls(code, tree, data, starts)
 
     def span(self, node: ast.AST) -> Span:
-        start = self.line_starts[node.lineno - 1] + node.col_offset  # type: ignore[attr-defined]
-        end = self.line_starts[node.end_lineno - 1] + node.end_col_offset  # type: ignore[attr-defined]
+        start = self.line_starts[node.lineno - 1] + node.col_offset  # type: ignore[attr-defined]  # stmt or expr
+        end = self.line_starts[node.end_lineno - 1] + node.end_col_offset  # type: ignore[attr-defined]  # stmt or expr
         return Span(start, end)
 
     def text(self, span: Span) -> str:
@@ -113,7 +113,7 @@ class _Resolver:
         self.env: dict[str, Any] = {}
         for name, stmt in sorted(bindings.items(), key=lambda item: item[1].lineno):
             try:
-                self.env[name] = ConstEval(self.env)(stmt.value)  # type: ignore[attr-defined]
+                self.env[name] = ConstEval(self.env)(stmt.value)  # type: ignore[attr-defined]  # an assignment
             except (NotStatic, TypeError, ValueError, KeyError, IndexError):
                 continue
         self.used: set[str] = set()

@@ -50,8 +50,8 @@ def _number(text: Optional[str]) -> Optional[float]:
 def _directories(repo_root: Path, source_path: Path) -> list[Path]:
     folders = [source_path.parent]
     try:
-        from kevin_agent.config import load_config
         from kevin_agent.accept.plan import CONFIG_KEY
+        from kevin_agent.config import load_config
 
         configured = load_config(repo_root).get(CONFIG_KEY)
     except Exception:  # a broken config must not break the code lens

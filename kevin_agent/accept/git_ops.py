@@ -17,6 +17,7 @@ import hashlib
 import os
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -76,13 +77,20 @@ def open_repo(start: Path, *, hint: str = "") -> git.Repo:
         raise UserInputError(f"{start} is not inside a git repository{hint}") from None
 
 
+def work_tree(repo: git.Repo) -> Path:
+    """The repository's working tree; UserInputError for a bare repository (nothing to edit)."""
+    if repo.working_tree_dir is None:
+        raise UserInputError(f"{repo.git_dir} is a bare repository: kevin needs a checkout")
+    return Path(repo.working_tree_dir)
+
+
 def blob_sha(data: bytes) -> str:
     """Git's object id of a blob with these bytes (SHA-1 repositories)."""
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def rel(repo: git.Repo, path: Path) -> str:
-    return Path(os.path.relpath(path.resolve(), Path(repo.working_tree_dir).resolve())).as_posix()
+    return Path(os.path.relpath(path.resolve(), work_tree(repo).resolve())).as_posix()
 
 
 def head_sha(repo: git.Repo) -> Optional[str]:
@@ -155,7 +163,7 @@ def _hook_command(repo: git.Repo, hook: str, args: list[str]) -> Optional[list[s
     if tuple(repo.git.version_info[:2]) >= (2, 36):
         return ["git", "hook", "run", "--ignore-missing", hook, "--", *args]
     folder = Path(repo.git.rev_parse("--git-path", "hooks"))
-    path = folder if folder.is_absolute() else Path(repo.working_tree_dir) / folder
+    path = folder if folder.is_absolute() else work_tree(repo) / folder
     path = path / hook
     return [str(path), *args] if path.is_file() and os.access(path, os.X_OK) else None
 
@@ -172,7 +180,7 @@ def run_hook(repo: git.Repo, hook: str, args: list[str], env: dict[str, str]) ->
         raise HookFailed(hook, done.returncode, done.stdout)
 
 
-def commit_paths(repo: git.Repo, entries: dict[str, Optional[str]], message: str,
+def commit_paths(repo: git.Repo, entries: Mapping[str, Optional[str]], message: str,
                  branch: Optional[str] = None, run_hooks: bool = False) -> str:
     """Commit ``entries`` (repo-relative path -> blob id, None = delete) on top of HEAD.
 
@@ -210,7 +218,7 @@ def commit_paths(repo: git.Repo, entries: dict[str, Optional[str]], message: str
     return sha
 
 
-def _stage(repo: git.Repo, entries: dict[str, Optional[str]], env: Optional[dict[str, str]]) -> None:
+def _stage(repo: git.Repo, entries: Mapping[str, Optional[str]], env: Optional[dict[str, str]]) -> None:
     for path, blob in entries.items():
         if blob is None:
             repo.git.update_index("--force-remove", "--", path, env=env)

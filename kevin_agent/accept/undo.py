@@ -55,7 +55,7 @@ def _revert_message(commit: git.Commit) -> str:
 
 
 def _restore_worktree(repo: git.Repo, entries: dict[str, Optional[str]]) -> None:
-    root = Path(repo.working_tree_dir)
+    root = git_ops.work_tree(repo)
     for path, blob in entries.items():
         target = root / path
         if blob is None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
 from kevin_agent.data import Message
 
@@ -72,8 +73,8 @@ class Backend(ABC):
         """The model's own token counter, when the backend has one."""
         return None
 
-    def cancel(self) -> None:
+    def cancel(self) -> None:  # noqa: B027 - an optional hook: a no-op unless overridden
         """Abort requests in flight (they return errors); nothing to abort by default."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook: a no-op unless overridden
         """Release connections or engines; nothing to release by default."""

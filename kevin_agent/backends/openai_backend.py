@@ -10,10 +10,19 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
-from kevin_agent.backends.base import DEFAULT_CONTEXT_TOKENS, Backend, BackendInfo, Completion, Message, SamplingParams, TokenCallback
+from kevin_agent.backends.base import (
+    DEFAULT_CONTEXT_TOKENS,
+    Backend,
+    BackendInfo,
+    Completion,
+    Message,
+    SamplingParams,
+    TokenCallback,
+)
 from kevin_agent.config import BackendSettings
 
 RETRY_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
@@ -36,7 +45,8 @@ def error_line(err: BaseException, base_url: str) -> str:
 
     if isinstance(err, openai.APIStatusError):
         body = err.body if isinstance(err.body, dict) else {}
-        inner = body.get("error") if isinstance(body.get("error"), dict) else body
+        error = body.get("error")
+        inner = error if isinstance(error, dict) else body
         message = inner.get("message") or err.message
         return _one_line(f"HTTP {err.status_code} from {base_url}: {message}")
     if isinstance(err, openai.APITimeoutError):
@@ -167,7 +177,7 @@ class OpenAIBackend(Backend):
                     return self._request(index, conversation, params, on_tokens)
             except _Cancelled:
                 return Completion(text="", finish_reason="cancelled", error="cancelled")
-            except Exception as err:  # noqa: BLE001 - every failure becomes data
+            except Exception as err:  # every failure becomes data
                 if not _retryable(err) or attempt == attempts - 1:
                     return self._failed(err, attempt + 1)
                 delay = self._backoff(attempt, _retry_after(err))

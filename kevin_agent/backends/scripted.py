@@ -16,8 +16,9 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from kevin_agent.backends.base import Backend, BackendInfo, Completion, Message, SamplingParams, TokenCallback
 from kevin_agent.errors import UserInputError

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import threading
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from kevin_agent.backends.base import Backend, BackendInfo, Completion, Message, SamplingParams, TokenCallback
 from kevin_agent.config import BackendSettings
@@ -99,7 +100,7 @@ class VLLMBackend(Backend):
 
                 try:
                     self._llm = vllm.LLM(**llm_kwargs(self.settings))
-                except Exception as err:  # noqa: BLE001 - weights missing, out of memory, ...
+                except Exception as err:  # weights missing, out of memory, ...
                     line = " ".join(str(err).split())[:300]
                     raise EnvironmentProblem(
                         f"vLLM could not load {self.settings.model}: {line}"
@@ -123,7 +124,7 @@ class VLLMBackend(Backend):
                 vllm.SamplingParams(**sampling_kwargs(params)),
                 use_tqdm=False,
             )
-        except Exception as err:  # noqa: BLE001 - e.g. a prompt longer than max_model_len
+        except Exception as err:  # e.g. a prompt longer than max_model_len
             line = "vLLM failed: " + " ".join(str(err).split())[:300]
             return [Completion(text="", finish_reason="error", error=line) for _ in conversations]
         completions = [completion_from_output(output) for output in outputs]

@@ -4,8 +4,8 @@ Exit 0 whenever it evaluated (any verdict), 2 for bad input, 3 for a missing nvc
 3 when no CUDA device is visible: then the static checks and the compile still run and their
 verdict is printed (exit 0 when they fail: the user learns what is wrong), and one line says that
 the GPU stage needs a GPU. Compiling without a GPU, without --arch and without
-TORCH_CUDA_ARCH_LIST builds for 9.0 (H100/H200) and says so once. Standard library at module level only: runs with just torch on a bare
-GPU host.
+TORCH_CUDA_ARCH_LIST builds for 9.0 (H100/H200) and says so once. Standard library at module level
+only: runs with just torch on a bare GPU host.
 """
 
 from __future__ import annotations

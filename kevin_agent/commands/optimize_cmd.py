@@ -97,8 +97,9 @@ def run_request(args: argparse.Namespace) -> Any:
         raise UserInputError(f"{given[0]} cannot change when resuming: run {args.resume} keeps the shape "
                              "it started with (see `kevin show`); start a new run to change it")
     flags = {field: getattr(args, attr, None) for attr, field in BACKEND_FLAGS.items()}
-    if flags.get("script"):
-        flags["script"] = str(Path(flags["script"]).expanduser().resolve())
+    script = flags.get("script")
+    if script:
+        flags["script"] = str(Path(script).expanduser().resolve())
     return RunRequest(
         target=args.target, resume=args.resume, trajectories=args.trajectories or RunRequest.trajectories,
         turns=args.turns or RunRequest.turns, target_speedup=args.target_speedup, beam_keep=args.beam,

@@ -16,9 +16,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kevin_agent.accept import undo_last
-    from kevin_agent.accept.git_ops import open_repo
+    from kevin_agent.accept.git_ops import open_repo, work_tree
 
     repo = open_repo(args.repo or Path.cwd())
-    sha = undo_last(Path(repo.working_tree_dir), run_hooks=args.run_hooks)
-    print(f"{sha[:10]} {repo.commit(sha).summary}")
+    sha = undo_last(work_tree(repo), run_hooks=args.run_hooks)
+    summary = repo.commit(sha).summary  # str, or bytes for a message git could not decode
+    print(f"{sha[:10]} {summary if isinstance(summary, str) else summary.decode(errors='replace')}")
     return 0

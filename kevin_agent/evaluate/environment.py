@@ -12,7 +12,6 @@ from typing import Optional
 
 from kevin_agent.errors import EnvironmentProblem
 
-
 # the architecture `kevin eval --compile-only` builds for without a GPU, --arch or TORCH_CUDA_ARCH_LIST
 COMPILE_ONLY_ARCH = "9.0"  # H100 / H200, the GPUs Kevin targets
 NO_DEVICE = (

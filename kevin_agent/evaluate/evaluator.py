@@ -10,13 +10,15 @@ and reused. ``make_evaluator`` picks the real evaluator or the replay double.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import threading
 from collections import deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
 from kevin_agent.data import Stage, Task, Verdict
 from kevin_agent.errors import EnvironmentProblem, UserInputError
@@ -169,14 +171,14 @@ class CudaEvaluator(Evaluator):
             batch.count(compiling=len(survivors))
             for index in survivors:
                 future = self._submit_compile(codes[index])
-                future.add_done_callback(lambda done, i=index: self._compiled(batch, i, done))
+                future.add_done_callback(functools.partial(self._compiled, batch, index))
         return batch.wait()
 
-    def _submit_compile(self, code: str) -> "Future[CompileOutcome]":
+    def _submit_compile(self, code: str) -> Future[CompileOutcome]:
         assert self._compiles is not None and self._cache is not None
         return self._compiles.submit(self._compiler or compile_candidate, code, self._cache)
 
-    def _compiled(self, batch: Batch, index: int, done: "Future[CompileOutcome]") -> None:
+    def _compiled(self, batch: Batch, index: int, done: Future[CompileOutcome]) -> None:
         """A compile finished: settle a failure (or a compile-only result), else queue for a lane."""
         try:
             outcome = done.result()

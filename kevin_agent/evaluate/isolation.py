@@ -18,9 +18,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ContextManager, Mapping, Optional, Sequence
+from typing import Optional
 
 from kevin_agent.data import Stage, Verdict, VerdictDetails
 from kevin_agent.errors import EnvironmentProblem
@@ -77,7 +78,7 @@ class _Worker:
         return self.proc.pid
 
 
-Gate = Callable[[], ContextManager[object]]  # held from job handover to the process's end
+Gate = Callable[[], contextlib.AbstractContextManager[object]]  # held from job handover to the process's end
 Confine = Callable[[Path, Sequence[str]], list[str]]  # (job folder, command) -> the confined command
 
 

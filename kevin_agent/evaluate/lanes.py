@@ -11,9 +11,10 @@ import os
 import socket
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Optional
 
 from kevin_agent.evaluate.api import EvalSettings, WaitCallback
 from kevin_agent.evaluate.isolation import Confine, WorkerPool, WorkerResult
@@ -68,10 +69,10 @@ class GpuLane(ABC):
         """Run one job (``build_entries``: the cache entries its extensions were built into, for
         lanes on other machines). ``last``: no further job is queued, start no spare."""
 
-    def warm(self) -> None:
+    def warm(self) -> None:  # noqa: B027 - an optional hook: a no-op unless overridden
         """Start worker processes ahead of the first job; nothing to warm by default."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook: a no-op unless overridden
         """Kill this lane's workers; nothing to close by default."""
 
 
@@ -79,11 +80,11 @@ class LocalLane(GpuLane):
     """A GPU of this machine: its own worker pool pinned to the device, and its lease."""
 
     def __init__(self, device: DeviceInfo, settings: EvalSettings, *,
-                 worker_command: Optional[Sequence[str]] = None, extra_env: Mapping[str, str] = (),
+                 worker_command: Optional[Sequence[str]] = None, extra_env: Optional[Mapping[str, str]] = None,
                  spares: int = 3, lease_folder: Optional[Path] = None,
                  cache_dir: Optional[Path] = None, scratch_root: Optional[Path] = None) -> None:
         self.device = device
-        env = {**dict(extra_env), "CUDA_VISIBLE_DEVICES": visible_device(device)}
+        env = {**dict(extra_env or {}), "CUDA_VISIBLE_DEVICES": visible_device(device)}
         confine = None
         if worker_command is None and settings.sandbox != "off" and cache_dir is not None:
             confine = worker_confinement(settings.sandbox, cache_dir)
@@ -113,8 +114,8 @@ def worker_confinement(mode: str, cache_dir: Path) -> Confine:
     """Start each GPU worker confined from its first instruction (``sandbox.startup_policy``):
     reads the system and the build cache, writes its job folder and the compile caches; the
     worker adds the candidate layer itself before any candidate code runs."""
-    from kevin_agent.paths import protected_paths
     from kevin_agent.evaluate.sandbox import launch_command, startup_policy
+    from kevin_agent.paths import protected_paths
 
     caches = [cache_dir / name for name in ("inductor", "triton", "speed-of-light", "cuda-jit")]
     for folder in caches:

@@ -22,8 +22,9 @@ import stat
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Optional
 
 from kevin_agent.errors import EnvironmentProblem
 

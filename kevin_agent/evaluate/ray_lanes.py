@@ -32,8 +32,9 @@ import shlex
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from kevin_agent import feedback
 from kevin_agent.data import Stage, Task, Verdict, VerdictDetails
@@ -160,7 +161,7 @@ def _first_line(err: BaseException) -> str:
 class RemoteCompiler:
     """Compiles one candidate as a Ray task; its entries land in the local cache under their keys."""
 
-    def __init__(self, evaluator: "RayMixin", reference: Optional[str]) -> None:
+    def __init__(self, evaluator: RayMixin, reference: Optional[str]) -> None:
         self.evaluator = evaluator
         self.reference = reference
         self.fingerprints: dict[str, Optional[str]] = {}  # cache key -> toolchain it was built with
@@ -240,7 +241,7 @@ def timed_out_compile(limit_s: float, seconds: float) -> CompileOutcome:
 class RayLane(GpuLane):
     """One GPU of the cluster: a ``GpuNode`` actor; replaced (wherever Ray finds a GPU) when lost."""
 
-    def __init__(self, number: int, evaluator: "RayMixin") -> None:
+    def __init__(self, number: int, evaluator: RayMixin) -> None:
         self.number = number
         self.evaluator = evaluator
         self.device = DeviceInfo("unknown", f"ray-lane-{number}", number)
@@ -441,8 +442,8 @@ class RayMixin:
     def __init__(self, settings: EvalSettings, *, worker_command: Optional[Sequence[str]] = None,
                  compile_function: Optional[str] = None, spares: int = 1) -> None:
         self.compiler = RemoteCompiler(self, compile_function)
-        super().__init__(settings, worker_command=worker_command, spares=spares,  # type: ignore[call-arg]
-                         compiler=self.compiler)
+        super().__init__(  # type: ignore[call-arg]  # CudaEvaluator's: a mixin
+            settings, worker_command=worker_command, spares=spares, compiler=self.compiler)
         self.compile_function = compile_function
         self.address = settings.cluster or "auto"
         self.resources: dict[str, float] = {}
@@ -523,7 +524,7 @@ class RayMixin:
         self._queue = LaneQueue()  # no stop markers left from an earlier close
         if not self._lanes:
             self._lanes = self._open_lanes()
-        super()._start_lanes()
+        super()._start_lanes()  # type: ignore[misc]  # a mixin: CudaEvaluator, after it in the MRO, has it (ray_class)
 
     # -- one batch -----------------------------------------------------------------------------
 
@@ -533,8 +534,8 @@ class RayMixin:
         cancel = cancel or threading.Event()
         self._local.cancel = cancel  # the compiles this call submits watch it
         try:
-            return super().evaluate(task, codes, on_verdict=on_verdict, on_queue=on_queue, cancel=cancel,
-                                    on_wait=on_wait)
+            return super().evaluate(  # type: ignore[misc]  # a mixin: CudaEvaluator has it (ray_class)
+                task, codes, on_verdict=on_verdict, on_queue=on_queue, cancel=cancel, on_wait=on_wait)
         finally:
             self._local.cancel = None
 
@@ -547,7 +548,7 @@ class RayMixin:
     def _serve(self, lane: GpuLane) -> None:
         """A lane's thread: take compiled candidates while its node is up; bring it back when lost."""
         if not isinstance(lane, RayLane):
-            super()._serve(lane)
+            super()._serve(lane)  # type: ignore[misc]  # a mixin: CudaEvaluator, after it in the MRO, has it (ray_class)
             return
         while not self._closing.is_set():
             if not lane.up:
@@ -571,7 +572,7 @@ class RayMixin:
         settle it with a verdict."""
         requeued = False
         try:
-            self._run_item(lane, item)
+            self._run_item(lane, item)  # type: ignore[attr-defined]  # CudaEvaluator's, as above
             return False
         except LaneLost as lost:
             counted, bounces = self._attempts.pop(id(item), (0, 0))
@@ -617,7 +618,7 @@ class RayMixin:
             except queue.Empty:
                 return
             if item is None:
-                self._queue.put(None)
+                self._queue.stop(1)  # put the stop marker back for the other lanes
                 return
             self._attempts.pop(id(item), None)
             item.batch.fail(error)
@@ -626,4 +627,4 @@ class RayMixin:
     def close(self) -> None:
         self._closing.set()
         self.compiler.cancel_all()
-        super().close()
+        super().close()  # type: ignore[misc]  # a mixin: CudaEvaluator, after it in the MRO, has it (ray_class)

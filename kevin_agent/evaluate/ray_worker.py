@@ -29,9 +29,10 @@ import tarfile
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Optional
 
 from kevin_agent.errors import EnvironmentProblem
 from kevin_agent.evaluate.api import EvalSettings

@@ -16,8 +16,9 @@ from __future__ import annotations
 import copy
 import json
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from kevin_agent import feedback
 from kevin_agent.data import REPLAY_GPU_NAME, Stage, Task, Verdict, VerdictDetails

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 from kevin_agent.data import Stage, Task, Verdict, VerdictDetails
 from kevin_agent.evaluate.api import QueueCallback, VerdictCallback, WaitCallback
@@ -22,7 +23,7 @@ from kevin_agent.evaluate.verdicts import cancelled_verdict
 class GpuItem:
     """One compiled candidate waiting for a lane."""
 
-    batch: "Batch"
+    batch: Batch
     index: int
     code: str
     build: VerdictDetails
@@ -90,7 +91,7 @@ class LaneQueue:
     """Compiled candidates waiting for any lane (FIFO across batches)."""
 
     def __init__(self) -> None:
-        self._items: "queue.Queue[Optional[GpuItem]]" = queue.Queue()
+        self._items: queue.Queue[Optional[GpuItem]] = queue.Queue()
 
     def put(self, item: GpuItem) -> None:
         self._items.put(item)

@@ -4,7 +4,8 @@ a token counter, and the target GPU's name."""
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
 
 from kevin_agent.backends.base import Backend, Completion, SamplingParams, TokenCallback
 from kevin_agent.data import Message

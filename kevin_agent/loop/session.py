@@ -11,7 +11,8 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Optional
 
 from kevin_agent import feedback
 from kevin_agent.backends.base import Backend, Completion, SamplingParams
@@ -33,17 +34,24 @@ from kevin_agent.events import (
     VerdictReady,
     ignore_events,
 )
-from kevin_agent.run_record import RunRecord
-from kevin_agent.loop.trajectories import Trajectory, ResumePoint, beam_due, best_of, candidate_id, fork_beam
-from kevin_agent.loop.trajectories import resume_point
 from kevin_agent.loop.runtime import (
     StepFailed,
     complete_cancellable,
     context_budget,
-    token_counter,
     target_gpu_name,
+    token_counter,
 )
 from kevin_agent.loop.settings import RunSettings
+from kevin_agent.loop.trajectories import (
+    ResumePoint,
+    Trajectory,
+    beam_due,
+    best_of,
+    candidate_id,
+    fork_beam,
+    resume_point,
+)
+from kevin_agent.run_record import RunRecord
 from kevin_agent.store import RunStore
 
 __all__ = ["RunSettings", "Session", "new_run_id"]

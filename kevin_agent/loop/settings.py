@@ -22,7 +22,7 @@ def _backend_settings_class() -> type:
     return BackendSettings
 
 
-def _default_backend_settings() -> "BackendSettings":
+def _default_backend_settings() -> BackendSettings:
     return _backend_settings_class()()
 
 
@@ -35,7 +35,7 @@ class RunSettings:
     target_speedup: Optional[float] = None  # early stop once the best speedup reaches this
     beam_keep: Optional[int] = None  # beam mode: keep the best k trajectories, fork each
     beam_every: int = 1  # turns between beam selections (KEVIN.md's blog beam: 4)
-    backend: "BackendSettings" = field(default_factory=_default_backend_settings)
+    backend: BackendSettings = field(default_factory=_default_backend_settings)
     eval: EvalSettings = field(default_factory=EvalSettings)
     gpu_name: Optional[str] = None  # the target GPU named in prompts; detected when None
     evaluator: Optional[str] = None  # evaluate.evaluator.make_evaluator spec ("replay:PATH"), for resume

@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Optional
 
 from kevin_agent.backends.base import Backend
 from kevin_agent.config import BackendSettings, load_config, resolve_backend_settings

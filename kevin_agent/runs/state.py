@@ -6,8 +6,9 @@ screen each keep a ``RunView`` and call ``apply`` for every event, then draw fro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from kevin_agent.data import Candidate, Verdict
 from kevin_agent.events import (
@@ -146,7 +147,8 @@ class RunView:
         self.status, self.message = "failed", event.message
 
 
-_HANDLERS = {
+# Each handler takes its own event type; the lookup by type(event) keeps them matched.
+_HANDLERS: dict[type, Callable[[RunView, Any], None]] = {
     RunStarted: RunView._started,
     TurnStarted: RunView._turn_started,
     TokensGenerated: RunView._tokens,

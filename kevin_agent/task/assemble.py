@@ -194,4 +194,4 @@ class _RenameNames(ast.NodeTransformer):
         self.generic_visit(node)
         return node
 
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef  # type: ignore[assignment]
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef  # type: ignore[assignment]  # one visitor for all

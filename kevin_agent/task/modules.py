@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import ast
 import builtins
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable
 
 from kevin_agent.task.names import dotted_name, import_aliases, mutated_roots
 from kevin_agent.task.parse import ParsedFile, TopStatement
@@ -206,7 +206,7 @@ class FileModules:
             visited.add(current)
             for stmt in self.class_node(current).body:
                 if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == method:
-                    return stmt  # type: ignore[return-value]
+                    return stmt  # type: ignore[return-value]  # a def, by the isinstance
             stack.extend(self.file_bases(current))
         return None
 

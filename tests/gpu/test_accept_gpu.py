@@ -11,8 +11,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/accept_support.py
 
-from accept_support import MODULE, committed_paths, fixture_candidate, make_record, make_repo  # noqa: E402
-from kevin_agent.accept import accept, plan_accept  # noqa: E402
+from accept_support import MODULE, committed_paths, fixture_candidate, make_record, make_repo
+
+from kevin_agent.accept import accept, plan_accept
 
 FRESH_INPUTS = """
 import sys, torch

@@ -15,7 +15,7 @@ ELEMENTS = 4 << 20  # 16 MiB of fp32: a large-pool block
 
 
 def _clock() -> Clock:
-    import torch._dynamo  # noqa: F401  (as the worker does before capturing)
+    import torch._dynamo  # as the worker does before capturing
 
     return Clock.from_captured(guards.capture_references(), torch.cuda.current_stream())
 

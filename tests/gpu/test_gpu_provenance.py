@@ -194,15 +194,16 @@ def test_style_two_extensions_count_both_as_own(worker_pool, prov_cache):
     verdict, result = run(worker_pool, prov_cache, prov_task("add_scale"), prov_candidate("style_two_extensions"),
                           "style/two-extensions-own")
     own = {k["name"] for k in verdict.details.kernels if k["origin"] == "own"}
-    assert any("add_kernel" in n for n in own) and any("halve_in_place_kernel" in n for n in own), describe(verdict, result)
+    assert any("add_kernel" in n for n in own) and any("halve_in_place_kernel" in n for n in own), \
+        describe(verdict, result)
 
 
 # ---------------------------------------------------------------- the partial policy
 
 
 def test_partial_accepts_a_cudnn_convolution_with_an_own_fused_epilogue(worker_pool, prov_cache):
-    verdict, result = run(worker_pool, prov_cache, prov_task("conv_bias_relu"), prov_candidate("partial_cudnn_epilogue"),
-                          "partial/cudnn-epilogue", policy="partial")
+    verdict, result = run(worker_pool, prov_cache, prov_task("conv_bias_relu"),
+                          prov_candidate("partial_cudnn_epilogue"), "partial/cudnn-epilogue", policy="partial")
     d = verdict.details
     assert (verdict.stage, verdict.ok) == (Stage.TIMING, True), describe(verdict, result)
     assert any(k["origin"] == "library" for k in d.kernels) and any(k["origin"] == "own" for k in d.kernels)
@@ -210,8 +211,8 @@ def test_partial_accepts_a_cudnn_convolution_with_an_own_fused_epilogue(worker_p
 
 
 def test_strict_rejects_the_same_and_says_partial_would_accept(worker_pool, prov_cache):
-    verdict, result = run(worker_pool, prov_cache, prov_task("conv_bias_relu"), prov_candidate("partial_cudnn_epilogue"),
-                          "partial/cudnn-epilogue-strict")
+    verdict, result = run(worker_pool, prov_cache, prov_task("conv_bias_relu"),
+                          prov_candidate("partial_cudnn_epilogue"), "partial/cudnn-epilogue-strict")
     assert (verdict.stage, verdict.ok) == (Stage.PROVENANCE, False), describe(verdict, result)
     assert verdict.details.partial_would_accept is True and "partial would accept" in verdict.details.provenance_summary
     assert "cuDNN" in verdict.message

@@ -108,6 +108,7 @@ def test_os_exit_is_contained(worker_pool, gpu_cache_dir):
 
 def test_hang_is_killed_and_the_next_candidate_evaluates(gpu_cache_dir):
     from gpu_helpers import run_job as run
+
     from kevin_agent.evaluate.isolation import WorkerPool
 
     with WorkerPool(run_timeout_s=40.0) as pool:

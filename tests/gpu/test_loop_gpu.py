@@ -62,15 +62,19 @@ def test_loop_with_real_evaluator(tmp_path: Path, gpu_cache_dir: Path) -> None:
     finally:
         evaluator.close()
 
-    verdicts = [verdict for _, verdict in sorted(record.candidates, key=lambda cv: cv[0].turn)]
+    verdicts = [verdict for _, verdict in sorted(record.candidates, key=lambda cv: cv[0].turn) if verdict]
+    assert len(verdicts) == len(record.candidates) == 4
     assert [v.stage for v in verdicts] == [Stage.TIMING, Stage.COMPILE, Stage.CORRECTNESS, Stage.TIMING]
     assert [v.ok for v in verdicts] == [True, False, False, True]
     slow, broken, wrong, fast = verdicts
     assert "correct" in slow.message and "speedup" in slow.message
     assert "failed to compile" in broken.message and "error" in broken.message
     assert "incorrect" in wrong.message
+    assert fast.details.speedup_vs_eager and slow.details.speedup_vs_eager
     assert fast.details.speedup_vs_eager > 5 * slow.details.speedup_vs_eager
-    best_candidate, best_verdict = record.best()
+    best = record.best()
+    assert best is not None
+    best_candidate, best_verdict = best
     assert best_candidate.turn == 3
     assert best_verdict.details.speedup_vs_eager == fast.details.speedup_vs_eager
 

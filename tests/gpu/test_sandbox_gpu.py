@@ -157,11 +157,12 @@ try:
     g(x); torch.cuda.synchronize(); compiled_after = "ok"
 except Exception as exc:
     compiled_after = type(exc).__name__ + ": " + str(exc)[:200]
-print("OUT:" + json.dumps({{"first": first.applied, "ok1": bool(ok1), "threads": second.threads, "after": compiled_after}}))
+print("OUT:" + json.dumps({{"first": first.applied, "ok1": bool(ok1), "threads": second.threads,
+                           "after": compiled_after}}))
 """
     proc = subprocess.run([sys.executable, "-c", code], cwd=job / "work", capture_output=True, text=True,
                           timeout=280, env=_env())
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("OUT:")]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("OUT:")]
     assert lines, proc.stderr[-4000:]
     out = json.loads(lines[0][4:])
     log_record({"event": "sandbox-torch-compile", **out})

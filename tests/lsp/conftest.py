@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 
 import pytest
-
 from lsp_support import make_repo, start
 
 

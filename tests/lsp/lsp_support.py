@@ -9,14 +9,14 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
+from loop_fixtures import write_replay, write_script
 from lsprotocol import types
 from pygls.uris import to_fs_path
 from pytest_lsp import LanguageClient, make_test_lsp_client
-
-from loop_fixtures import write_replay, write_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -116,19 +116,19 @@ def _structure_action(converter: Any) -> None:
     converter.register_structure_hook(Union[types.Command, types.CodeAction], hook)
 
 
-def _apply_edit_on_disk(client: "EditorClient", params: types.ApplyWorkspaceEditParams):
+def _apply_edit_on_disk(client: EditorClient, params: types.ApplyWorkspaceEditParams):
     """What an editor that saves does with the accept edit: create the files, write the text."""
     client.applied_edits.append(params)
     for change in params.edit.document_changes or []:
         if isinstance(change, types.CreateFile):
-            path = Path(to_fs_path(change.uri))
+            path = Path(str(to_fs_path(change.uri)))
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("")
         elif isinstance(change, types.TextDocumentEdit):
-            path = Path(to_fs_path(change.text_document.uri))
+            path = Path(str(to_fs_path(change.text_document.uri)))
             text = path.read_text() if path.exists() else ""
             for edit in change.edits:
-                assert edit.range.start == types.Position(0, 0)
+                assert isinstance(edit, types.TextEdit) and edit.range.start == types.Position(0, 0)
                 text = edit.new_text + text
             path.write_text(text)
     return types.ApplyWorkspaceEditResult(applied=True)
@@ -213,5 +213,6 @@ async def send_raw(client: LanguageClient, msg_id: str, method: str, params: Any
     body = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
     future: Future = Future()
     client.protocol._request_futures[msg_id] = future
+    assert client.protocol.writer is not None
     client.protocol.writer.write(f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
     return await asyncio.wait_for(asyncio.wrap_future(future), 120)  # a guard: replies take milliseconds

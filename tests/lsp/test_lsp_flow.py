@@ -4,12 +4,20 @@ and cancel, show diff / discard, queueing, a failing evaluator. Scripted backend
 from __future__ import annotations
 
 import pytest
+from lsp_support import (
+    MODULE_SOURCE,
+    execute,
+    git,
+    logs,
+    open_doc,
+    scripted,
+    server_env,
+    wait_until,
+    write_fixtures,
+)
 from lsprotocol import types
 
 from kevin_agent.store import RunStore
-from lsp_support import (
-    MODULE_SOURCE, execute, git, logs, open_doc, scripted, server_env, wait_until, write_fixtures,
-)
 
 pytestmark = pytest.mark.timeout(900)  # a guard: a flow takes seconds
 
@@ -31,8 +39,8 @@ async def test_optimize_progress_logs_question_accept_commit(launch, tmp_path, r
 
     started = await execute(client, "kevin.optimize", uri, "Model")
     assert started["class"] == "Model"
-    sha = await wait_until(lambda: [m for m in client.messages if "committed" in m.message],
-                           what="the commit message")
+    await wait_until(lambda: [m for m in client.messages if "committed" in m.message],
+                     what="the commit message")
     question = editor.questions[0]
     assert question.message.startswith("Kevin: 3.00x vs eager for Model")
     assert [a.title for a in question.actions] == ["Accept & commit", "Show diff", "Discard"]

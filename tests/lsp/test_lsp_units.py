@@ -47,6 +47,7 @@ def test_a_queued_run_cancelled_before_its_turn_never_plays():
             break
         threading.Event().wait(0.05)
     runs.close()
+    assert runs._worker is not None
     runs._worker.join(300)
     assert played == ["a"] and first.status == "done" and second.status == "cancelled"
     assert ("b", "running") not in listener.changes

@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from lsp_support import ROOT, git, write_fixtures
 
 from kevin_agent.store import RunStore
-from lsp_support import ROOT, git, write_fixtures
 
 NVIM = shutil.which("nvim")
 HERE = ROOT / "tests" / "lsp" / "nvim"
@@ -30,7 +30,7 @@ def test_neovim_drives_optimize_and_accept(tmp_path, repo):
                KEVIN_TEST_FILE=str(repo / "model.py"), KEVIN_TEST_OUT=str(out),
                XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_DATA_HOME=str(tmp_path / "data"),
                XDG_STATE_HOME=str(tmp_path / "state"))
-    done = subprocess.run([NVIM, "--headless", "-n", "-u", str(HERE / "init.lua"),
+    done = subprocess.run([str(NVIM), "--headless", "-n", "-u", str(HERE / "init.lua"),
                            "-c", f"luafile {HERE / 'drive.lua'}"],
                           cwd=repo, env=env, capture_output=True, text=True, timeout=800)
     seen = out.read_text().splitlines() if out.exists() else []
@@ -65,6 +65,7 @@ def test_default_cmd_finds_the_projects_venv_when_kevin_is_not_on_path(tmp_path,
                PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
                XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_DATA_HOME=str(tmp_path / "data"),
                XDG_STATE_HOME=str(tmp_path / "state"))
+    assert NVIM is not None
     done = subprocess.run([NVIM, "--headless", "-n", "-u", str(HERE / "venv.lua")],
                           cwd=repo, env=env, capture_output=True, text=True, timeout=800)
     seen = out.read_text().splitlines() if out.exists() else []

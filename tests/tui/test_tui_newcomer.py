@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 
 import git
+from loop_fixtures import write_replay
 from textual.widgets import DataTable, Static
+from tui_support import RUN_ID, make_app, notifications, open_past_runs, shown, start_run, wait_for
 
 from kevin_agent.evaluate.replay import ReplayEvaluator
 from kevin_agent.runs.locks import RunLock
@@ -14,8 +16,6 @@ from kevin_agent.store import RunStore
 from kevin_agent.tui.screens.confirm import ConfirmScreen
 from kevin_agent.tui.screens.diff import DiffScreen
 from kevin_agent.tui.screens.run import RunScreen
-from loop_fixtures import write_replay
-from tui_support import RUN_ID, make_app, notifications, open_past_runs, start_run, wait_for
 
 
 def browser_rows(app) -> list[list[str]]:
@@ -37,10 +37,10 @@ async def test_accepted_drop_in_is_listed_as_the_kernel_of_its_original(tmp_path
     app, _, script = make_app(tmp_path)
     async with app.run_test(size=(100, 30)) as pilot:
         await start_run(pilot, script)
-        await wait_for(pilot, lambda: app.screen.status == "done", what="run done")
+        await wait_for(pilot, lambda: shown(app).status == "done", what="run done")
         await _accept_best(pilot)
         await pilot.press("escape")
-        await wait_for(pilot, lambda: app.screen.id == "browser" and len(app.screen.entries) == 3,
+        await wait_for(pilot, lambda: app.screen.id == "browser" and len(shown(app).entries) == 3,
                        what="rescanned browser")
         rows = browser_rows(app)
         drop_in = next(r for r in rows if r[1] == "ModelCUDA")
@@ -57,7 +57,7 @@ async def test_accepted_drop_in_is_listed_as_the_kernel_of_its_original(tmp_path
         await pilot.press("enter")  # not a module to optimize: goes to the original instead
         await pilot.pause()
         assert app.screen.id == "browser"
-        assert app.screen.selected.module.name == "Model" and not app.screen.selected.drop_in_of
+        assert shown(app).selected.module.name == "Model" and not shown(app).selected.drop_in_of
 
 
 async def test_undo_asks_first_and_no_keeps_the_commit(tmp_path):
@@ -65,7 +65,7 @@ async def test_undo_asks_first_and_no_keeps_the_commit(tmp_path):
     repo = git.Repo(root)
     async with app.run_test(size=(80, 24)) as pilot:
         await start_run(pilot, script)
-        await wait_for(pilot, lambda: app.screen.status == "done", what="run done")
+        await wait_for(pilot, lambda: shown(app).status == "done", what="run done")
         await _accept_best(pilot)
         accepted = repo.head.commit
         await pilot.press("u")
@@ -92,7 +92,7 @@ async def _cancelled_run(pilot, script) -> None:
     """Start a 2 x 3 run, cancel it after the first verdict, back to the past-runs screen."""
     app = pilot.app
     await start_run(pilot, script, turns="3")
-    await wait_for(pilot, lambda: any(v is not None for _, v in app.screen.rows.values()),
+    await wait_for(pilot, lambda: any(v is not None for _, v in shown(app).rows.values()),
                    what="a verdict")
     await pilot.press("c")
     await open_past_runs(pilot, "cancelled")
@@ -111,12 +111,12 @@ async def test_continue_a_cancelled_run_from_past_runs(tmp_path):
         await pilot.press("c")  # continue the selected (only) run
         await wait_for(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.request is not None
                        and app.screen.request.resume == RUN_ID, what="resumed run screen")
-        await wait_for(pilot, lambda: app.screen.status == "done", what="resumed run done")
+        await wait_for(pilot, lambda: getattr(app.screen, "status", None) == "done", what="resumed run done")
         assert any(n.startswith("Resumed") for n in notifications(app))
         after = store.load_run(RUN_ID)
         assert after.status == "done" and len(after.candidates) == 6
         assert {c.id for c, _ in before.candidates if _ is not None} <= {c.id for c, _ in after.candidates}
-        assert len(app.screen.rows) == 6 and app.screen.run_id == RUN_ID
+        assert len(shown(app).rows) == 6 and shown(app).run_id == RUN_ID
 
 
 async def test_continue_is_refused_while_another_process_plays_the_run(tmp_path):
@@ -158,7 +158,7 @@ async def test_replayed_verdicts_are_labelled_on_the_run_and_candidate_screens(t
     app, _, script = make_app(tmp_path, evaluator=_recorded_on_h200(tmp_path))
     async with app.run_test(size=(100, 30)) as pilot:
         await start_run(pilot, script)
-        await wait_for(pilot, lambda: app.screen.status == "done", what="run done")
+        await wait_for(pilot, lambda: shown(app).status == "done", what="run done")
         conclusion = str(app.screen.query_one("#conclusion", Static).render())
         assert "measured on NVIDIA H200 in run rec-1, replayed here" in conclusion
         progress = str(app.screen.query_one("#progress", Static).render())

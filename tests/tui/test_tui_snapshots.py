@@ -4,9 +4,10 @@ change. Rendering is deterministic: injected run id, replayed verdicts, scripted
 
 from __future__ import annotations
 
+from tui_support import make_app, settle, start_run, wait_for
+
 from kevin_agent.tui.screens.candidate import CandidateScreen
 from kevin_agent.tui.screens.diff import DiffScreen
-from tui_support import make_app, settle, start_run, wait_for
 
 SIZE = (80, 24)
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import git
-from kevin_agent.tui.screens.candidate import CandidateScreen
 from textual.widgets import DataTable
 from trust_fixtures import write_trust_replay
 from tui_support import make_app, notifications, start_run, wait_for
 
 from kevin_agent.evaluate.replay import ReplayEvaluator
+from kevin_agent.tui.screens.candidate import CandidateScreen
 
 # trajectory 0: 5x flagged faster than the speed of light, then an older stored escaping-work flag
 PLAN = {(0, 0): "flag-beyond_speed_of_light", (1, 0): "slow", (0, 1): "old-escaped_stream", (1, 1): "quick"}
@@ -24,12 +24,12 @@ async def test_untrusted_rows_details_and_accept_refusal(tmp_path):
     app, root, script = make_app(tmp_path, plan=PLAN, evaluator=replay)
     async with app.run_test(size=(100, 24)) as pilot:
         await start_run(pilot, script)
-        await wait_for(pilot, lambda: app.screen.status == "done", what="run done")
+        await wait_for(pilot, lambda: getattr(app.screen, "status", None) == "done", what="run done")
         rows = cells(app)
-        assert [r[2] for r in rows] == ["not trusted: faster than speed of light", "correct",
+        assert [r[3] for r in rows] == ["not trusted: faster than speed of light", "correct",
                                         "not trusted: work escaped the timed stream", "correct"]
-        assert rows[0][4] == "-" and rows[2][4] == "-"  # no speedup shown for what is not believed
-        assert rows[3][4] == "2.00x"
+        assert rows[0][5] == "-" and rows[2][5] == "-"  # no speedup shown for what is not believed
+        assert rows[3][5] == "2.00x"
 
         await pilot.press("enter")  # t0.0's details
         await wait_for(pilot, lambda: isinstance(app.screen, CandidateScreen), what="details")

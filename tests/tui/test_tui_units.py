@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from tui_support import NO_INPUTS
 
 from kevin_agent.cli import main
 from kevin_agent.errors import UserInputError
-from kevin_agent.tui.discovery import scan_modules
 from kevin_agent.runs.service import RunService
+from kevin_agent.tui.discovery import scan_modules
 from kevin_agent.tui.run_setup import SetupValues, default_values, run_request
 from kevin_agent.tui.widgets import best_so_far
-from tui_support import NO_INPUTS
 
 
 def test_scan_skips_environments_and_broken_files(tmp_path):

@@ -4,15 +4,16 @@ replies, the replay evaluator, and a Pilot helper that waits for a condition."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Optional
 
 import git
+from loop_fixtures import FIXTURES, write_replay, write_script
 
 from kevin_agent.evaluate.replay import ReplayEvaluator
 from kevin_agent.store import RunStore
 from kevin_agent.tui.app import KevinApp, create_app
-from loop_fixtures import FIXTURES, write_replay, write_script
 
 # trajectory 0: compile error, then 2.0x; trajectory 1: 0.8x (slower than eager), then wrong
 PLAN = {(0, 0): "broken", (1, 0): "slow", (0, 1): "quick", (1, 1): "wrong"}
@@ -118,6 +119,11 @@ async def open_past_runs(pilot, status: str) -> None:
     await wait_for(pilot, lambda: app.screen.id == "browser", what="browser")
     await pilot.press("r")
     await wait_for(pilot, lambda: app.screen.id == "runs" and bool(app.screen.run_ids), what="runs")
+
+
+def shown(app: Any) -> Any:
+    """The current screen as its own class (a test reads that screen's fields)."""
+    return app.screen
 
 
 def notifications(app) -> list[str]:

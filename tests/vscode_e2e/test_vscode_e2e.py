@@ -24,7 +24,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from loop_fixtures import VERDICTS, timed, write_script
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,8 +3,9 @@ a reply file), and like the real worker it exits as soon as its parent closes st
 actor died). It reports where it ran: the node's name, its build cache and the entries in it.
 
 The candidate's source picks the mode with a "standin: MODE [SECONDS]" comment: normal, sleep S
-(a long GPU stage), hang, crash (SIGSEGV), killactor (SIGKILL to its parent, the node's GPU actor). With $KEVIN_TEST_PID_DIR set, it writes
-"<node>-<pid>" there when it takes a job, so tests can see which node runs what.
+(a long GPU stage), hang, crash (SIGSEGV), killactor (SIGKILL to its parent, the node's GPU actor).
+With $KEVIN_TEST_PID_DIR set, it writes "<node>-<pid>" there when it takes a job, so tests can see
+which node runs what.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from standin import write_baseline, write_result  # noqa: E402
+from standin import write_baseline, write_result
 
 
 def exit_when_orphaned() -> None:

@@ -2,10 +2,11 @@
 
 Start modes come from argv (``python standin.py [noready|slowstart]``): noready exits before
 READY; slowstart sleeps START_DELAY seconds before READY. The job's candidate source names what
-to do with the job (a "standin: MODE" comment, else its first word): normal, crash (SIGSEGV), abort (CUDA-like error text then SIGABRT), hang,
-exit3 (os._exit(3)), noresult (exit 0 without a result), grandchild (start a sleeping child,
-write its pid to $GRANDCHILD_PID_FILE, then hang), env (report visible secret-looking variables). Every result message is a JSON object with
-the pid, cwd and (env mode) the visible secret names, so tests can assert on them.
+to do with the job (a "standin: MODE" comment, else its first word): normal, crash (SIGSEGV),
+abort (CUDA-like error text then SIGABRT), hang, exit3 (os._exit(3)), noresult (exit 0 without a
+result), grandchild (start a sleeping child, write its pid to $GRANDCHILD_PID_FILE, then hang), env
+(report visible secret-looking variables). Every result message is a JSON object with the pid, cwd
+and (env mode) the visible secret names, so tests can assert on them.
 """
 
 from __future__ import annotations

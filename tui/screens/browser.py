@@ -10,8 +10,8 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from kevin_agent.tui.discovery import ModuleEntry
 from kevin_agent.run_table import speedup_text
+from kevin_agent.tui.discovery import ModuleEntry
 from kevin_agent.tui.formatting import fill_table
 from kevin_agent.tui.messages import ModulesScanned
 
@@ -43,7 +43,7 @@ class BrowserScreen(Screen):
         self.action_rescan()
 
     def action_rescan(self) -> None:
-        self.app.scan_modules(self)  # type: ignore[attr-defined]
+        self.app.scan_modules(self)  # type: ignore[attr-defined]  # KevinApp's
 
     def on_modules_scanned(self, message: ModulesScanned) -> None:
         self.entries = list(message.entries)
@@ -103,10 +103,10 @@ class BrowserScreen(Screen):
 
     def _go_to_original(self, entry: ModuleEntry) -> None:
         """A drop-in is not a module to optimize: move to the class it replaces."""
-        original = entry.original_class
+        original, replaced = entry.original_class, entry.drop_in_of or ""
         for index, other in enumerate(self.entries):
             if not other.drop_in_of and other.module.name == original and \
-                    entry.drop_in_of.partition("::")[0].endswith(other.path.name):
+                    replaced.partition("::")[0].endswith(other.path.name):
                 self.query_one("#modules", DataTable).move_cursor(row=index)
                 return
         self.notify(f"{entry.module.name} is the accepted kernel of {entry.drop_in_of}; set up runs "

@@ -63,7 +63,7 @@ class CandidateScreen(Screen):
         self.sub_title = f"{self.run_id} · {self.candidate.id}"
 
     def action_accept(self) -> None:
-        self.app.request_accept(self.run_id, self.candidate.id)  # type: ignore[attr-defined]
+        self.app.request_accept(self.run_id, self.candidate.id)  # type: ignore[attr-defined]  # KevinApp's
 
 
 

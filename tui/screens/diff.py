@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.syntax import Syntax
 from rich.text import Text
 from textual.app import ComposeResult
@@ -25,17 +27,17 @@ class DiffScreen(ModalScreen[bool]):
         self.plan = plan
 
     def compose(self) -> ComposeResult:
-        plan = self.plan
-        files = ", ".join(plan.label(p) for p in sorted(plan.files))  # type: ignore[attr-defined]
-        notes = "\n".join(plan.notes)  # type: ignore[attr-defined]
+        plan: Any = self.plan  # an AcceptPlan (the screen takes it untyped)
+        files = ", ".join(plan.label(p) for p in sorted(plan.files))
+        notes = "\n".join(plan.notes)
         with Vertical(id="diff-dialog"):
-            title = Text(f"Accept {plan.candidate_id} of run {plan.run_id}?",  # type: ignore[attr-defined]
+            title = Text(f"Accept {plan.candidate_id} of run {plan.run_id}?",
                          style="bold")
             yield Static(title + Text(f" Writes and commits: {files}"), id="diff-title")
             if notes:
                 yield Static(notes, id="diff-notes")
             with VerticalScroll(id="diff-body"):
-                yield Static(Syntax(plan.diff(), "diff", theme="ansi_dark",  # type: ignore[attr-defined]
+                yield Static(Syntax(plan.diff(), "diff", theme="ansi_dark",
                                     word_wrap=False))
             with Horizontal(id="diff-buttons"):
                 yield Button("Accept & commit (y)", variant="success", id="commit", compact=True)

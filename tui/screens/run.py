@@ -73,7 +73,7 @@ class RunScreen(Screen):
         if self._record is not None:
             self.load_record(self._record)
         else:
-            self.app.start_run(self, self.request, self.cancel_event)  # type: ignore[attr-defined]
+            self.app.start_run(self, self.request, self.cancel_event)  # type: ignore[attr-defined]  # KevinApp's
         self._refresh_progress()
         table.focus()
 
@@ -200,7 +200,7 @@ class RunScreen(Screen):
     def action_accept(self) -> None:
         chosen = self.selected
         if chosen is not None and self.run_id:
-            self.app.request_accept(self.run_id, chosen[0].id)  # type: ignore[attr-defined]
+            self.app.request_accept(self.run_id, chosen[0].id)  # type: ignore[attr-defined]  # KevinApp's
 
     def action_discard(self) -> None:
         if not self.running:

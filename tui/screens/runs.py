@@ -33,7 +33,7 @@ class RunsScreen(Screen):
 
     def on_mount(self) -> None:
         self.sub_title = "past runs"
-        self.app.list_runs(self)  # type: ignore[attr-defined]
+        self.app.list_runs(self)  # type: ignore[attr-defined]  # KevinApp's
 
     def on_runs_listed(self, message: RunsListed) -> None:
         table = self.query_one(DataTable)
@@ -59,7 +59,7 @@ class RunsScreen(Screen):
     def action_open(self) -> None:
         row = self._selected()
         if row is not None:
-            self.app.open_run(self.run_ids[row])  # type: ignore[attr-defined]
+            self.app.open_run(self.run_ids[row])  # type: ignore[attr-defined]  # KevinApp's
 
     def action_resume(self) -> None:
         """Continue an unfinished run (cancelled, failed, or left running by a killed process)."""
@@ -70,4 +70,4 @@ class RunsScreen(Screen):
         if self.statuses[row] == "done":
             self.notify(f"Run {run_id} is already done: Enter opens it.", title="Continue run")
             return
-        self.app.resume_run(run_id)  # type: ignore[attr-defined]
+        self.app.resume_run(run_id)  # type: ignore[attr-defined]  # KevinApp's

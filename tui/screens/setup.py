@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -38,7 +40,7 @@ class SetupScreen(Screen):
         self.entry = entry
 
     def compose(self) -> ComposeResult:
-        values: SetupValues = self.app.setup_defaults()  # type: ignore[attr-defined]
+        values: SetupValues = self.app.setup_defaults()  # type: ignore[attr-defined]  # KevinApp's
         yield Header()
         with VerticalScroll(id="setup-form"):
             yield Static(Text(self.entry.module.name, style="bold")
@@ -87,11 +89,11 @@ class SetupScreen(Screen):
         self.action_start()
 
     def action_start(self) -> None:
-        app = self.app
+        app: Any = self.app  # KevinApp
         try:
-            deps = app.deps  # type: ignore[attr-defined]
+            deps = app.deps
             request = run_request(self.values(), deps.repo_root or deps.root, target=self.entry.spec,
-                                  evaluator=deps.evaluator_spec, run_id=app.next_run_id())  # type: ignore[attr-defined]
+                                  evaluator=deps.evaluator_spec, run_id=app.next_run_id())
             deps.service.new_settings(request)  # bad input is said here, before the run screen
         except KevinError as err:
             self.notify(str(err), title="Cannot start", severity="error")

@@ -317,7 +317,7 @@ def import_extension(module_path: str) -> types.ModuleType:
     name = Path(module_path).stem
     if name in sys.modules:
         return sys.modules[name]
-    import torch  # noqa: F401  (the extension links against torch's libraries)
+    import torch  # noqa: F401 - the extension links against torch's libraries
 
     spec = importlib.util.spec_from_file_location(name, module_path)
     if spec is None or spec.loader is None:

@@ -31,7 +31,8 @@ IDENT = re.compile(r"[A-Za-z_]\w*")
 TYPE_HEAD = re.compile(r"^\s*(?:template\s*<[^{;]*>\s*)?(?:typedef\s+)?(?:struct|class|union|enum)\b")
 ODR_SAFE = re.compile(r"\b(?:static|inline|__forceinline__|constexpr|const|template)\b")
 TORCH_HEADER = re.compile(r"#\s*include\s*[<\"](?:torch|ATen|c10|pybind11|caffe2|THC)/")
-DEVICE_HEADER = re.compile(r"#\s*include\s*[<\"](?:cub/|thrust/|cooperative_groups|mma\.h|cuda/|cute/|cutlass/|[^>\"]*\.cuh)")
+DEVICE_HEADER = re.compile(r"#\s*include\s*[<\"]"
+                           r"(?:cub/|thrust/|cooperative_groups|mma\.h|cuda/|cute/|cutlass/|[^>\"]*\.cuh)")
 
 
 @dataclass

@@ -7,9 +7,10 @@ built (or found) in the cache under exactly the key ``compile_candidate`` used.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional
 
 from kevin_agent import feedback
 from kevin_agent.evaluate.build.specs import SourceExtractionError, extract_specs
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 class CompileOutcome:
     ok: bool
     message: str  # feedback.compile_error text when not ok
-    results: list["BuildResult"] = field(default_factory=list)
+    results: list[BuildResult] = field(default_factory=list)
     found_by: str = ""  # "static" or "child": how the load_inline arguments were found
 
     @property
@@ -34,7 +35,7 @@ class CompileOutcome:
         return "\n".join(failed) if failed else None
 
 
-def compile_candidate(code: str, cache: "BuildCache") -> CompileOutcome:
+def compile_candidate(code: str, cache: BuildCache) -> CompileOutcome:
     """Build every load_inline call of ``code``; a bad candidate is an outcome, not an exception."""
     try:
         specs, found_by = extract_specs(code, timeout_s=min(120.0, cache.timeout_s), sandbox=cache.sandbox)
@@ -49,13 +50,13 @@ def compile_candidate(code: str, cache: "BuildCache") -> CompileOutcome:
     return CompileOutcome(True, feedback.compiled_only(), results, found_by)
 
 
-def compile_many(codes: Sequence[str], cache: "BuildCache", jobs: int | None = None) -> list[CompileOutcome]:
+def compile_many(codes: Sequence[str], cache: BuildCache, jobs: int | None = None) -> list[CompileOutcome]:
     """Compile a batch in parallel across the CPU cores; outcomes in the order of ``codes``."""
     if not codes:
         return []
     cpus = os.cpu_count() or 2
     workers = jobs or max(1, min(len(codes), cpus // 2))
-    cache.toolchain  # resolve once (EnvironmentProblem here, not in a worker thread)
+    cache.toolchain  # noqa: B018 - resolve once (EnvironmentProblem here, not in a worker thread)
     saved = cache.ninja_jobs
     cache.ninja_jobs = max(2, cpus // workers)
     try:
@@ -65,8 +66,8 @@ def compile_many(codes: Sequence[str], cache: "BuildCache", jobs: int | None = N
         cache.ninja_jobs = saved
 
 
-def install_load_inline_hook(cache: "BuildCache",
-                             on_result: Optional[Callable[["BuildResult"], None]] = None) -> None:
+def install_load_inline_hook(cache: BuildCache,
+                             on_result: Optional[Callable[[BuildResult], None]] = None) -> None:
     """Make torch.utils.cpp_extension.load_inline return the cached module (building if missing).
 
     Call before the candidate module executes, so ``from torch.utils.cpp_extension import
@@ -77,8 +78,8 @@ def install_load_inline_hook(cache: "BuildCache",
 
     order = load_inline_parameter_order()  # read torch's signature before it is replaced
 
-    def cached_load_inline(*args: Any, **kwargs: Any) -> "types.ModuleType":
+    def cached_load_inline(*args: Any, **kwargs: Any) -> types.ModuleType:
         return cache.load(spec_from_call(args, kwargs, order), on_result)
 
-    cached_load_inline.__kevin_hook__ = True  # type: ignore[attr-defined]
-    cpp_extension.load_inline = cached_load_inline  # type: ignore[assignment]
+    cached_load_inline.__kevin_hook__ = True  # type: ignore[attr-defined]  # a marker on the hook
+    cpp_extension.load_inline = cached_load_inline

@@ -51,7 +51,7 @@ def find_cuda_home() -> Path:
     raise EnvironmentProblem("nvcc not found: install the CUDA toolkit or set CUDA_HOME")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def nvcc_version(nvcc: str) -> str:
     try:
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
@@ -106,7 +106,7 @@ def _torch_paths(helper_name: str) -> list[str]:
         return list(helper(cuda=True))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cxx_standard() -> str:
     """C++20 where torch's headers demand it, else C++17."""
     import torch
@@ -189,7 +189,7 @@ def pch_flags(extra_cflags: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(c for c in chosen if c)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _toolchain_cached(arch: str, cuda_home: str) -> Toolchain:
     import torch
     from torch.utils import cpp_extension
@@ -224,7 +224,7 @@ def toolchain(arch: str | None = None) -> Toolchain:
 
 def _ninja_from_package() -> str | None:
     try:
-        import ninja  # type: ignore[import-not-found]
+        import ninja
 
         path = Path(ninja.BIN_DIR) / "ninja"
         return str(path) if path.is_file() else None

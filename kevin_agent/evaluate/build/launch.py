@@ -249,11 +249,13 @@ def concrete_template_args(launch: Launch, visible: set[str]) -> list[list[str]]
             if types is None:
                 raise SplitRefused(
                     f"kernel '{launch.kernel}' is launched with scalar_t "
-                    + (f"inside {launch.dispatch}, which dispatches over torch-only types" if launch.dispatch else "outside a supported AT_DISPATCH macro")
+                    + (f"inside {launch.dispatch}, which dispatches over torch-only types" if launch.dispatch
+                       else "outside a supported AT_DISPATCH macro")
                 )
             variants = [v + [t] for v in variants for t in types]
         elif PLAIN_TYPE_ARG.match(arg) or (IDENT.fullmatch(arg) and arg in visible):
             variants = [v + [arg] for v in variants]
         else:
-            raise SplitRefused(f"template argument '{arg}' of kernel '{launch.kernel}' is not visible to the kernel file")
+            raise SplitRefused(f"template argument '{arg}' of kernel '{launch.kernel}' "
+                               "is not visible to the kernel file")
     return variants

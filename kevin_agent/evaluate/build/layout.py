@@ -6,10 +6,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from kevin_agent.evaluate.build.flags import Toolchain
 from kevin_agent.evaluate.build.chunks import SplitRefused, raw_chunks
-from kevin_agent.evaluate.build.split import SOURCE_NAME, split_cuda_source
+from kevin_agent.evaluate.build.flags import Toolchain
 from kevin_agent.evaluate.build.ninja_file import Step
+from kevin_agent.evaluate.build.split import SOURCE_NAME, split_cuda_source
 from kevin_agent.evaluate.source.calls import ExtensionSpec
 
 CPP_NAME = "cpp_sources"
@@ -64,7 +64,8 @@ def split_layout(spec: ExtensionSpec, module: str, tc: Toolchain, pch: Path | No
     nvcc += [f"-I{p}" for p in spec.extra_include_paths] + ["-isystem", f"{tc.cuda_home}/include"]
     files = {"kernels.cu": split.device_cu}
     steps = [Step("kernels.cu", "kernels.o", "cuda", nvcc)]
-    host = f"#include <torch/extension.h>\n#undef TORCH_EXTENSION_NAME\n#define TORCH_EXTENSION_NAME {module}\n{split.host_cpp}"
+    host = (f"#include <torch/extension.h>\n#undef TORCH_EXTENSION_NAME\n#define TORCH_EXTENSION_NAME {module}\n"
+            f"{split.host_cpp}")
     if cpp_is_declarations_only(spec.cpp_sources):
         files["main.cpp"] = _main_cpp(spec, module, host_part=split.host_cpp)
     else:
@@ -85,6 +86,7 @@ def whole_layout(spec: ExtensionSpec, module: str, tc: Toolchain, pch: Path | No
         nvcc = [f"-DTORCH_EXTENSION_NAME={module}"] + tc.nvcc_flags(spec.extra_cuda_cflags)
         nvcc += tc.includes(spec.extra_include_paths)
         cuda = "\n".join(spec.cuda_sources)
-        files["cuda.cu"] = f"#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n#line 1 \"{SOURCE_NAME}\"\n{cuda}\n"
+        files["cuda.cu"] = ("#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
+                            f"#line 1 \"{SOURCE_NAME}\"\n{cuda}\n")
         steps.append(Step("cuda.cu", "cuda.o", "cuda", nvcc))
     return Layout("whole", files, steps, note)

@@ -13,7 +13,8 @@ MAX_CHARS = 2000
 _GCC = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+)(?::\d+)?: (?:fatal )?error\b")
 _NVCC = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?:catastrophic )?error\b")
 _OTHER = re.compile(r"(undefined reference to|undefined symbol|ld returned|nvcc fatal|^error:|: fatal error:)")
-_NOISE = re.compile(r"^(In file included from|\s+from |ninja: |FAILED: |\[\d+/\d+\] |In function |compilation terminated|\d+ errors? detected)")
+_NOISE = re.compile(r"^(In file included from|\s+from |ninja: |FAILED: |\[\d+/\d+\] |In function |compilation "
+                    r"terminated|\d+ errors? detected)")
 
 
 def _shorten_path(line: str) -> str:
@@ -34,7 +35,8 @@ def trim_errors(log: str, max_errors: int = MAX_ERRORS, max_chars: int = MAX_CHA
             j = i + 1
             while j < len(lines) and len(block) < 4:
                 nxt = lines[j]
-                if _GCC.match(nxt) or _NVCC.match(nxt) or _OTHER.search(nxt) or _NOISE.match(nxt) or re.match(r"^\S+:\d+(:\d+)?: (note|warning)", nxt):
+                if (_GCC.match(nxt) or _NVCC.match(nxt) or _OTHER.search(nxt) or _NOISE.match(nxt)
+                        or re.match(r"^\S+:\d+(:\d+)?: (note|warning)", nxt)):
                     break
                 if nxt.strip():
                     block.append(nxt)
@@ -47,7 +49,7 @@ def trim_errors(log: str, max_errors: int = MAX_ERRORS, max_chars: int = MAX_CHA
         else:
             i += 1
     if not blocks:
-        tail = [l for l in lines if l.strip() and not _NOISE.match(l)][-8:]
+        tail = [ln for ln in lines if ln.strip() and not _NOISE.match(ln)][-8:]
         blocks = [_shorten_path("\n".join(tail)) or "the build failed without a compiler message"]
     out = "\n".join(blocks)
     return out if len(out) <= max_chars else out[: max_chars - 15].rstrip() + "\n... (trimmed)"

@@ -14,10 +14,10 @@ import tempfile
 
 from kevin_agent.evaluate.processes import kill_group, scrubbed_environment
 from kevin_agent.evaluate.protocol import RecordReply
-from kevin_agent.evaluate.source.calls import ExtensionSpec, extract_static
-from kevin_agent.evaluate.source.consts import MAX_SOURCE_BYTES, ConstantTooLarge, NotStatic
 from kevin_agent.evaluate.sandbox.limits import limit_message
 from kevin_agent.evaluate.sandbox.relay import EXIT_LIMIT
+from kevin_agent.evaluate.source.calls import ExtensionSpec, extract_static
+from kevin_agent.evaluate.source.consts import MAX_SOURCE_BYTES, ConstantTooLarge, NotStatic
 
 
 class SourceExtractionError(Exception):

@@ -14,12 +14,28 @@ import re
 from dataclasses import dataclass
 
 from kevin_agent.evaluate.build.chunks import (
-    DEVICE_BODY, DEVICE_HEADER, DEVICE_MARK, IDENT, ODR_SAFE, TORCH_HEADER, TORCH_USE, TYPE_HEAD,
-    Chunk, SplitRefused, raw_chunks,
+    DEVICE_BODY,
+    DEVICE_HEADER,
+    DEVICE_MARK,
+    IDENT,
+    ODR_SAFE,
+    TORCH_HEADER,
+    TORCH_USE,
+    TYPE_HEAD,
+    Chunk,
+    SplitRefused,
+    raw_chunks,
 )
 from kevin_agent.evaluate.build.launch import (
-    KernelSignature, Launch, concrete_template_args, find_launches, kernel_signature,
-    launcher_declaration, launcher_definition, launcher_instantiation, rewrite_launch,
+    KernelSignature,
+    Launch,
+    concrete_template_args,
+    find_launches,
+    kernel_signature,
+    launcher_declaration,
+    launcher_definition,
+    launcher_instantiation,
+    rewrite_launch,
 )
 
 SOURCE_NAME = "cuda_sources"  # file name compiler messages show for the candidate's CUDA lines
@@ -72,7 +88,8 @@ def classify(chunk: Chunk) -> None:
         if macro:
             chunk.name = macro.group(1)
             chunk.defines = {chunk.name}
-        chunk.kind = "pp_torch" if TORCH_HEADER.match(code.strip()) else "pp_device" if DEVICE_HEADER.match(code.strip()) else "pp_common"
+        chunk.kind = ("pp_torch" if TORCH_HEADER.match(code.strip())
+                      else "pp_device" if DEVICE_HEADER.match(code.strip()) else "pp_common")
         return
     brace = code.find("{")
     head = code if brace < 0 else code[:brace]
@@ -97,7 +114,8 @@ def classify(chunk: Chunk) -> None:
         chunk.name = _function_name(head)
     else:
         chunk.kind = "plain_decl"
-        chunk.name = _function_name(head) if re.search(r"\w\s*\([^)]*\)\s*(?:const\s*)?;\s*$", code) else _type_or_var_name(code)
+        prototype = re.search(r"\w\s*\([^)]*\)\s*(?:const\s*)?;\s*$", code)
+        chunk.name = _function_name(head) if prototype else _type_or_var_name(code)
     if torch and chunk.kind in ("kernel", "device"):
         raise SplitRefused(f"device code uses torch at line {chunk.line}")
     if chunk.name:
@@ -106,7 +124,8 @@ def classify(chunk: Chunk) -> None:
 
 def _type_or_var_name(text: str) -> str | None:
     text = _strip_template_prefix(text)
-    m = re.match(r"\s*(?:typedef\s+)?(?:struct|class|union|enum(?:\s+class)?)\s+(?:__align__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)", text)
+    m = re.match(r"\s*(?:typedef\s+)?(?:struct|class|union|enum(?:\s+class)?)\s+"
+                 r"(?:__align__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)", text)
     if m and not text.lstrip().startswith("typedef"):
         return m.group(1)
     m = re.match(r"\s*using\s+([A-Za-z_]\w*)\s*=", text)
@@ -127,7 +146,8 @@ def _place(chunks: list[Chunk]) -> list[str]:
         if kind in ("pp_torch", "host_torch"):
             sides.append(HOST)
         elif kind == "device" and re.search(r"\b__host__\b", _head(chunk)) and _odr_safe_function(chunk) \
-                and not DEVICE_BODY.search(chunk.code) and not re.search(r"\b__(?:global|shared|constant)__\b", chunk.code):
+                and not DEVICE_BODY.search(chunk.code) \
+                and not re.search(r"\b__(?:global|shared|constant)__\b", chunk.code):
             sides.append(BOTH)  # inline __host__ __device__ helpers compile on both sides
         elif kind in ("pp_device", "kernel", "device"):
             sides.append(DEVICE)
@@ -143,11 +163,13 @@ def _place(chunks: list[Chunk]) -> list[str]:
                 sides.append(BOTH if odr_safe else DEVICE)
         else:  # plain_decl: variables and prototypes
             immutable = re.search(r"\b(?:const|constexpr)\b", chunk.code) and not re.search(r"\bmutable\b", chunk.code)
-            prototype = chunk.name is not None and re.search(r"\)\s*(?:const\s*)?;\s*$", chunk.code) and "=" not in chunk.code
+            prototype = (chunk.name is not None and re.search(r"\)\s*(?:const\s*)?;\s*$", chunk.code)
+                         and "=" not in chunk.code)
             if immutable or prototype or chunk.name is None:
                 sides.append(BOTH)
             else:
-                device_uses = any(chunk.name in c.uses for c in chunks if c is not chunk and c.kind in ("kernel", "device", "plain_fn"))
+                device_uses = any(chunk.name in c.uses for c in chunks
+                                  if c is not chunk and c.kind in ("kernel", "device", "plain_fn"))
                 if device_uses and chunk.name in host_uses:
                     raise SplitRefused(f"non-const global '{chunk.name}' is used by device and torch code")
                 sides.append(HOST if chunk.name in host_uses else DEVICE)

@@ -30,8 +30,9 @@ Foreign activities also get a role (``names.role_of``): ``fill``, ``copy`` or ``
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from kevin_agent.evaluate.provenance import names as N
 from kevin_agent.evaluate.provenance.demangle import demangle_many

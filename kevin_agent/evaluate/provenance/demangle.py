@@ -15,7 +15,7 @@ import functools
 import shutil
 import subprocess
 import threading
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from kevin_agent.evaluate.processes import scrubbed_environment
 

@@ -12,8 +12,9 @@ or, for memory operations, ``Memcpy DtoD (Device -> Device)`` / ``Memset (Device
   that is merely *called* ``elementwise_kernel`` does not match ``at::native::elementwise_kernel``.
 * ``ROLES`` says which PyTorch kernels are *fills* (write values that do not depend on the
   inputs: constants, index ranges, random numbers; also host-to-device uploads, see ``role_of``)
-  or *copies* (move or cast data without arithmetic). Every other foreign kernel is *compute*. ``torch.cat`` (``CatArrayBatchedCopy``) is
-  compute: concatenation is an operator of the module, not an allocation or layout fix-up.
+  or *copies* (move or cast data without arithmetic). Every other foreign kernel is *compute*.
+  ``torch.cat`` (``CatArrayBatchedCopy``) is compute: concatenation is an operator of the module,
+  not an allocation or layout fix-up.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
                         r"batched_gemm|reduce_1Block_kernel|dot_kernel|scal_kernel|axpy_kernel|"
                         r"asum_kernel|nrm2_kernel|trsv_|trsm_|syrk_|herk_|geam_kernel|"
                         r"cutlass_80_|cutlass_90_|cutlass_75_|cutlass_70_)"),
-    (LIBRARY, "cuBLAS", _ARCH + r"_\w*?(?:gemm|gemv|sgemm|hgemm|dgemm|cgemm|zgemm|igemm|i8816|h1688|s1688|h16816|s16816|hmma|imma)"),
+    (LIBRARY, "cuBLAS", _ARCH + r"_\w*?(?:gemm|gemv|sgemm|hgemm|dgemm|cgemm|zgemm|igemm|"
+                                r"i8816|h1688|s1688|h16816|s16816|hmma|imma)"),
     (LIBRARY, "CUTLASS", r"(?:cutlass|cute)(?:::|_)"),
     # other CUDA libraries
     (LIBRARY, "cuFFT", r"(?:cufft|regular_fft|vector_fft|composite_2way_fft|sp(?:Radix|Vector)\d|dpRadix|"

@@ -24,8 +24,9 @@ copies are a real part of the work.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from kevin_agent.evaluate.provenance import names as N
 from kevin_agent.evaluate.provenance.attribution import KernelRow, OwnKernels, kernel_rows
@@ -205,7 +206,8 @@ def _strict_reasons(rows: list[KernelRow], foreign: ForeignSummary) -> list[str]
     if foreign.copy_share > STRICT_COPY_SHARE and copy_ms > STRICT_COPY_FLOOR_MS:
         copies = [r for r in rows if r.foreign and r.role == N.COPY]
         reasons.append(f"copies took {_percent(foreign.copy_share)} of the GPU time (at most "
-                       f"{STRICT_COPY_SHARE:.0%} allowed): " + "; ".join(describe(r) for r in copies[:NAMES_IN_MESSAGE]))
+                       f"{STRICT_COPY_SHARE:.0%} allowed): "
+                       + "; ".join(describe(r) for r in copies[:NAMES_IN_MESSAGE]))
     if foreign.fill_share > STRICT_FILL_SHARE and fill_ms > STRICT_FILL_FLOOR_MS:
         fills = [r for r in rows if r.foreign and r.role == N.FILL]
         reasons.append(f"fills took {_percent(foreign.fill_share)} of the GPU time (at most "
@@ -249,7 +251,8 @@ def kernel_table(rows: list[KernelRow], total_ms: float | None = None, limit: in
     lines = [head]
     for row in shown:
         origin = "own" if row.origin == N.OWN else f"{row.origin}{'/' + row.role if row.role != N.COMPUTE else ''}"
-        lines.append(f"  {_percent(row.share):>6}  {row.ms:8.3f} ms  {row.calls:>4}x  {origin:<14} {N.short_name(row.name)}")
+        lines.append(f"  {_percent(row.share):>6}  {row.ms:8.3f} ms  {row.calls:>4}x  {origin:<14} "
+                     f"{N.short_name(row.name)}")
     own = sum(r.share for r in rows if r.origin == N.OWN)
     lines.append(f"Own kernels: {_percent(own)} of the GPU time; foreign: {_percent(1.0 - own if rows else 0.0)}.")
     return "\n".join(lines)
@@ -302,7 +305,8 @@ def profile_feedback(result: ProvenanceResult, sol_fraction: float | None = None
 
 
 def _summary(result: ProvenanceResult) -> str:
-    head = f"provenance {result.policy}: {'accepted' if result.ok else 'rejected'}; own kernels {_percent(result.own_share)}"
+    head = (f"provenance {result.policy}: {'accepted' if result.ok else 'rejected'}; own kernels "
+            f"{_percent(result.own_share)}")
     if result.foreign.launches:
         parts = ", ".join(f"{origin} {_percent(share)}" for origin, share in sorted(result.foreign.by_origin.items()))
         head += f"; foreign {parts}"

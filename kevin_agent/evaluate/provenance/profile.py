@@ -16,12 +16,16 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from kevin_agent.evaluate.provenance.trace import (
-    FORWARD_ANNOTATION, KernelActivity, activities_from_chrome_trace, unrecorded_launches,
+    FORWARD_ANNOTATION,
+    KernelActivity,
+    activities_from_chrome_trace,
+    unrecorded_launches,
 )
 
 
@@ -32,7 +36,7 @@ class ProfilerHandles:
     profile: Any
     activity: Any  # torch.profiler.ProfilerActivity
     record_function: Any
-    synchronize: Callable[..., Any]
+    synchronize: Any  # torch.cuda.synchronize
     no_grad: Any
 
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from kevin_agent.evaluate.provenance.elf import STT_FUNC, Elf, ElfError
 

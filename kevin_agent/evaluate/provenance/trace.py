@@ -18,9 +18,10 @@ Standard library only.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 TRACE_FORMAT = "kevin-provenance-trace/1"
 FORWARD_ANNOTATION = "kevin::forward"

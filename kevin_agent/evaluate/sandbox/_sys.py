@@ -28,6 +28,8 @@ def libc() -> ctypes.CDLL:
 class SyscallError(OSError):
     """A raw system call failed; ``errno`` and ``call`` say which and why."""
 
+    errno: int  # always set (OSError's may be None)
+
     def __init__(self, call: str, code: int) -> None:
         super().__init__(code, f"{call}: {errno_text(code)}")
         self.call = call

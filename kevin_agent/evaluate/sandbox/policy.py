@@ -236,7 +236,8 @@ PROC_SELF_WRITE = ("/proc/self",)
 DRIVER_SOCKET_FAMILIES = (1,)  # AF_UNIX
 
 
-def _policy(read: Sequence[str], write: Sequence[str], *, gpu: bool, protect: Sequence[str | os.PathLike[str]],
+def _policy(read: Sequence[str], write: Sequence[str | os.PathLike[str]], *, gpu: bool,
+            protect: Sequence[str | os.PathLike[str]],
             processes: bool = False, executable: Sequence[str] = (), tmpdir: Optional[str] = None,
             socket_families: Sequence[int] = (), devices: Optional[Sequence[str]] = None) -> SandboxPolicy:
     write_real = _existing(write)

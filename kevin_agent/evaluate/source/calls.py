@@ -13,9 +13,10 @@ import ast
 import dataclasses
 import functools
 import importlib.util
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from kevin_agent.evaluate.source.consts import Budget, ConstEval, NotStatic, bind_assignments
 

@@ -197,6 +197,6 @@ def bind_assignments(body: list[ast.stmt], env: dict[str, Any], budget: Optional
         for target in targets:
             if isinstance(target, ast.Name):
                 try:
-                    env[target.id] = evaluate(value)  # type: ignore[arg-type]
+                    env[target.id] = evaluate(value)  # type: ignore[arg-type]  # an expr
                 except (NotStatic, TypeError, ValueError, KeyError, IndexError):
                     env.pop(target.id, None)  # rebinding to something dynamic hides the old value

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Optional
 
 from kevin_agent.evaluate.source.calls import bind_arguments, is_load_inline_call
-from kevin_agent.evaluate.source.consts import NotStatic
 from kevin_agent.evaluate.source.clex import shadow
+from kevin_agent.evaluate.source.consts import NotStatic
 
 LOAD_INLINE = "torch.utils.cpp_extension.load_inline"
 INPUT_FUNCTIONS = frozenset({"get_inputs", "get_init_inputs"})
@@ -67,7 +68,7 @@ class CandidateContext:
             return f"{base}.{node.args[1].value}" if base else None
         return None
 
-    def region(self, node: ast.AST) -> Optional[Region]:
+    def region(self, node: Optional[ast.AST]) -> Optional[Region]:
         """Region of a node, None for exempt code (input functions, main guard, unused Model)."""
         return self.regions.get(id(node))
 
@@ -152,7 +153,8 @@ def _collect_extensions(ctx: CandidateContext) -> None:
             if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
                 continue
             value = node.value
-            bound = (isinstance(value, ast.Call) and _is_load_inline(ctx, value)) or _target_key(value) in ctx.extension_names
+            bound = ((isinstance(value, ast.Call) and _is_load_inline(ctx, value))
+                     or _target_key(value) in ctx.extension_names)
             if bound:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 ctx.extension_names |= {k for k in map(_target_key, targets) if k}
@@ -199,7 +201,8 @@ def _collect_cuda_sources(ctx: CandidateContext) -> None:
                 and _C_MARKERS.search(node.value)):
             strings[id(node)] = node
     for const in sorted(strings.values(), key=lambda c: (c.lineno, c.col_offset)):
-        ctx.cuda_sources.append(CudaSource(text=strip_c_comments(const.value), raw=const.value, line=const.lineno))
+        raw = str(const.value)  # only str constants were gathered
+        ctx.cuda_sources.append(CudaSource(text=strip_c_comments(raw), raw=raw, line=const.lineno))
 
 
 def _docstring_ids(tree: ast.Module) -> set[int]:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
     from kevin_agent.evaluate.static.context import CandidateContext
@@ -23,5 +24,5 @@ REJECT, HINT = "reject", "hint"
 class Rule:
     id: str
     summary: str  # one line for docs and listings
-    check: Callable[["CandidateContext"], Iterable[Violation]]
+    check: Callable[[CandidateContext], Iterable[Violation]]
     kind: str = REJECT  # "reject": certain from the source, fails the candidate; "hint": feedback only

@@ -7,7 +7,8 @@ get_init_inputs and a main guard."""
 from __future__ import annotations
 
 import ast
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from typing import Optional
 
 from kevin_agent.evaluate.static import tables as T
 from kevin_agent.evaluate.static.context import CandidateContext
@@ -193,7 +194,7 @@ def _tensor_attributes(ctx: CandidateContext) -> set[str]:
     return attrs
 
 
-def _functions(ctx: CandidateContext) -> Iterator[ast.AST]:
+def _functions(ctx: CandidateContext) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
     for node in ctx.nodes("forward"):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and ctx.region(ctx.parent(node)) != "forward":
             yield node
@@ -206,7 +207,8 @@ def check_tensor_compute(ctx: CandidateContext) -> Iterator[Violation]:
         for node in ast.walk(function):
             problem = _tensor_problem(ctx, tensors, node)
             if problem:
-                yield Violation("tensor-compute", node.lineno,
+                line = node.lineno if isinstance(node, (ast.expr, ast.stmt)) else function.lineno
+                yield Violation("tensor-compute", line,
                                 f"ModelNew {problem}: {_OWN_KERNEL} (fuse it into your kernel); {_ALLOWED}.")
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from typing import Optional
 
 from kevin_agent.evaluate.static import tables as T
 from kevin_agent.evaluate.static.context import CandidateContext, CudaSource

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterator
+from collections.abc import Iterator
+from typing import TypeGuard
 
 from kevin_agent.evaluate.static import tables as T
 from kevin_agent.evaluate.static.context import CandidateContext
@@ -86,7 +87,8 @@ def _inherits_own_forward(ctx: CandidateContext, cls: ast.ClassDef, depth: int =
 def _is_placeholder(statement: ast.stmt) -> bool:
     if isinstance(statement, ast.Pass):
         return True
-    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) and statement.value.value is Ellipsis:
+    if (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+            and statement.value.value is Ellipsis):
         return True
     if isinstance(statement, ast.Raise) and statement.exc is not None:
         exc = statement.exc.func if isinstance(statement.exc, ast.Call) else statement.exc
@@ -167,7 +169,7 @@ def check_patching(ctx: CandidateContext) -> Iterator[Violation]:
         for target in targets:
             base = target.value if isinstance(target, ast.Subscript) else target
             if isinstance(target, (ast.Attribute, ast.Subscript)) and ctx.qualname(base):
-                yield Violation("patching", node.lineno,
+                yield Violation("patching", node.lineno if isinstance(node, ast.stmt) else target.lineno,
                                 f"Do not assign to {ast.unparse(target)}: patching torch, timing or other modules "
                                 "is not allowed.")
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in T.MUTATING_BUILTINS \
@@ -264,7 +266,8 @@ def check_hidden_code(ctx: CandidateContext) -> Iterator[Violation]:
     for node in ctx.nodes():
         if not isinstance(node, ast.Call):
             continue
-        if isinstance(node.func, ast.Name) and node.func.id in T.HIDDEN_CODE_BUILTINS and node.func.id not in ctx.aliases:
+        if (isinstance(node.func, ast.Name) and node.func.id in T.HIDDEN_CODE_BUILTINS
+                and node.func.id not in ctx.aliases):
             yield Violation("hidden-code", node.lineno,
                             f"Do not call {node.func.id}(): all code must be visible in the answer (no exec/eval, "
                             "dynamic imports or reading files).")
@@ -304,16 +307,16 @@ def check_output_cache(ctx: CandidateContext) -> Iterator[Violation]:
                 if isinstance(target, ast.Subscript) and _is_self_attr(target.value) \
                         and not _is_allocation(ctx, node.value):
                     yield Violation("output-cache", node.lineno,
-                                    f"ModelNew.forward stores into {ast.unparse(target.value)}[...]: caching results across "
-                                    "calls is not allowed; recompute the output on every call.")
+                                    f"ModelNew.forward stores into {ast.unparse(target.value)}[...]: caching results "
+                                    "across calls is not allowed; recompute the output on every call.")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "id":
             yield Violation("output-cache", node.lineno,
                             "Do not key anything on id(...) of the inputs: results must not be cached across calls.")
         elif isinstance(node, ast.Return) and node.value is not None and _is_self_attr(node.value) \
                 and node.value.attr in written:
             yield Violation("output-cache", node.lineno,
-                            f"ModelNew.forward returns {ast.unparse(node.value)}, state kept from an earlier call: return a "
-                            "tensor your kernel wrote in this call.")
+                            f"ModelNew.forward returns {ast.unparse(node.value)}, state kept from an earlier call: "
+                            "return a tensor your kernel wrote in this call.")
 
 
 def _is_allocation(ctx: CandidateContext, node: ast.AST) -> bool:
@@ -322,7 +325,7 @@ def _is_allocation(ctx: CandidateContext, node: ast.AST) -> bool:
         f"torch.{name}" for name in ("empty", "empty_like", "zeros", "zeros_like", "ones", "full", "empty_strided")}
 
 
-def _is_self_attr(node: ast.AST) -> bool:
+def _is_self_attr(node: ast.AST) -> TypeGuard[ast.Attribute]:
     return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
 
 

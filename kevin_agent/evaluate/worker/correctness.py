@@ -21,8 +21,9 @@ run happens on the first trial (to report eager's own error) and on any trial wh
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from kevin_agent.evaluate.worker.guards import changed_inputs, snapshot
 
@@ -131,7 +132,8 @@ def compare_output(index: int, expected: Any, got: Any) -> OutputCheck:
         problem = None if same else f"output {index} is {got!r}, expected {expected!r}"
         return OutputCheck(index, problem, total=1, mismatched=0 if same else 1)
     if not isinstance(got, torch.Tensor):
-        return OutputCheck(index, f"output {index} is {type(got).__name__}, expected a tensor ({tensor_desc(expected)})")
+        return OutputCheck(index, f"output {index} is {type(got).__name__}, "
+                                  f"expected a tensor ({tensor_desc(expected)})")
     atol, rtol = tolerance_for(expected.dtype)
     check = OutputCheck(index, atol=atol, rtol=rtol, total=expected.numel())
     if got.shape != expected.shape or got.dtype != expected.dtype:
@@ -401,7 +403,7 @@ class CorrectnessHarness:
     candidate: Callable[..., Any]
     get_inputs: Callable[[], Any]
     device: Any
-    seed_all: Callable[[int], None]
+    seed_all: Callable[[int], object]  # torch.manual_seed returns its generator
     synchronize: Callable[[], None]
     poison: Callable[[], Any]
     check_patched: Callable[[], str | None] = lambda: None

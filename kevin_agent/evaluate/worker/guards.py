@@ -16,8 +16,9 @@ import copy
 import re
 import sys
 import types
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 POISON_BYTE = 0xFF  # all-ones: NaN for fp16/bf16/fp32/fp64, -1 for signed integers
 SMALL_POOL_MAX_BYTES = 1 << 20  # torch's caching allocator serves requests <= 1 MiB from its small pool

@@ -123,7 +123,7 @@ def install_build_hook(cache_dir: Path, arch: str | None, loaded: list[Any] | No
         return f"build cache unavailable ({exc}); using stock load_inline"
     cache = BuildCache(Path(cache_dir), arch=arch)
     try:
-        cache.toolchain  # noqa: B018  (resolved now: `nvcc --version` cannot run once confined)
+        cache.toolchain  # noqa: B018 - resolved now: `nvcc --version` cannot run once confined
     except Exception as exc:  # no nvcc on this host: the candidate's own load_inline decides
         return f"build cache toolchain unavailable ({exc}); using stock load_inline"
     install_load_inline_hook(cache, loaded.append if loaded is not None else None)

@@ -17,9 +17,9 @@ from pathlib import Path
 import torch
 
 from kevin_agent.evaluate.protocol import READY_LINE, BadJob, WorkerExit, WorkerJob, WorkerReply
-from kevin_agent.evaluate.worker.stages import TaskProblem, evaluate_job
 from kevin_agent.evaluate.worker.guards import OWN_MODULES, capture_references, with_module_state
 from kevin_agent.evaluate.worker.provenance import warm_profiler
+from kevin_agent.evaluate.worker.stages import TaskProblem, evaluate_job
 
 
 def write_reply(path: Path, reply: WorkerReply) -> None:
@@ -60,9 +60,9 @@ def _prepare_caches(cache_dir: Path) -> None:
 
 def _warm_imports() -> None:
     """Modules the job needs, imported while the worker is still a spare."""
-    import torch._dynamo  # noqa: F401  (its import wraps torch.manual_seed: do it before capturing)
-    import torch.profiler  # noqa: F401  (provenance: captured below, warmed up before READY)
-    import torch.utils.cpp_extension  # noqa: F401
+    import torch._dynamo  # its import wraps torch.manual_seed: do it before capturing
+    import torch.profiler  # provenance: captured below, warmed up before READY
+    import torch.utils.cpp_extension
     import torch.utils.flop_counter  # noqa: F401
 
 

@@ -18,15 +18,22 @@ Runs inside the isolated worker process only (it executes model-written code).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Optional
 
 from kevin_agent import feedback
 from kevin_agent.data import Stage, Verdict
 from kevin_agent.evaluate.provenance.attribution import OwnKernels
 from kevin_agent.evaluate.provenance.policy import (
-    DEFAULT_POLICY, POLICIES, ProvenanceResult, generated_code_message, judge, unchecked_message, with_reason,
+    DEFAULT_POLICY,
+    POLICIES,
+    ProvenanceResult,
+    generated_code_message,
+    judge,
+    unchecked_message,
+    with_reason,
 )
 from kevin_agent.evaluate.provenance.profile import HEAD_PADDING, IncompleteProfile, ProfilerHandles, profile_forward
 from kevin_agent.evaluate.provenance.symbols import ExtensionKernels, list_kernels, source_kernels
@@ -259,7 +266,7 @@ def _no_listing(extensions: list[ExtensionKernels]) -> str:
             + (f" ({notes})" if notes else "") + ", so none of the GPU work can be your own")
 
 
-def _unavailable(ctx: Any, reason: str) -> None:
+def _unavailable(ctx: Any, reason: str) -> Optional[Verdict]:
     d = ctx.details
     d.suspicious = True
     d.suspicious_reasons = list(d.suspicious_reasons) + [f"provenance not checked: {reason}"]

@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from kevin_agent.data import BEYOND_SPEED_OF_LIGHT, ESCAPED_STREAM, IMPLAUSIBLE_SPEEDUP
 
@@ -208,7 +209,7 @@ def measure_peaks(clock: Any, device: Any, flush: Any = None) -> PeakRates:
             dtype = getattr(torch, name)
             a = torch.randn(n, n, device=device, dtype=dtype)
             b = torch.randn(n, n, device=device, dtype=dtype)
-            ms = _best_ms(clock, lambda: torch.mm(a, b))
+            ms = _best_ms(clock, lambda a=a, b=b: torch.mm(a, b))
             flops[name] = 2.0 * n**3 / (ms / 1000.0)
             del a, b
     finally:
@@ -218,9 +219,9 @@ def measure_peaks(clock: Any, device: Any, flush: Any = None) -> PeakRates:
         src = torch.empty(size // 4, dtype=torch.float32, device=device).uniform_()
         dst = torch.empty_like(src)
         rates += [
-            2 * size / (_best_ms(clock, lambda: dst.copy_(src), flush) / 1000.0),
-            size / (_best_ms(clock, lambda: src.sum(), flush) / 1000.0),
-            size / (_best_ms(clock, lambda: dst.fill_(1.0), flush) / 1000.0),
+            2 * size / (_best_ms(clock, lambda dst=dst, src=src: dst.copy_(src), flush) / 1000.0),
+            size / (_best_ms(clock, lambda src=src: src.sum(), flush) / 1000.0),
+            size / (_best_ms(clock, lambda dst=dst: dst.fill_(1.0), flush) / 1000.0),
         ]
         del src, dst
     torch.cuda.empty_cache()  # before any model runs: nothing of theirs is in the cache yet

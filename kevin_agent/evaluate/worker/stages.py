@@ -16,21 +16,37 @@ from typing import Any
 from kevin_agent import feedback
 from kevin_agent.data import Stage, Verdict, VerdictDetails, flag_untrusted
 from kevin_agent.evaluate.protocol import Baseline, WorkerJob, WorkerReply
+from kevin_agent.evaluate.provenance.policy import profile_feedback
 from kevin_agent.evaluate.worker.baseline import measure_baseline
 from kevin_agent.evaluate.worker.context import Context, TaskProblem, environment_details, load_reference
-from kevin_agent.evaluate.provenance.policy import profile_feedback
 from kevin_agent.evaluate.worker.correctness import (
-    CorrectnessHarness, Fp64Reference, RefusedOutput, check_outputs, keep_output, refill_inputs, run_correctness,
+    CorrectnessHarness,
+    Fp64Reference,
+    RefusedOutput,
+    check_outputs,
+    keep_output,
+    refill_inputs,
+    run_correctness,
     to_device,
 )
 from kevin_agent.evaluate.worker.guards import CapturedReferences, snapshot
 from kevin_agent.evaluate.worker.loader import (
-    describe_exception, install_build_hook, load_module_from_file, raised_by_generated_code,
+    describe_exception,
+    install_build_hook,
+    load_module_from_file,
+    raised_by_generated_code,
 )
 from kevin_agent.evaluate.worker.provenance import ProvenanceInputs, check_provenance, generated_code_rejection
 from kevin_agent.evaluate.worker.speed_of_light import PeakRates, load_or_measure_peaks, sol_ms, timing_flags
 from kevin_agent.evaluate.worker.timing import (
-    TIMING_POOL_SETS, Clock, Rotation, Timer, escape_reason, escape_trials, make_flush, stats_from_samples,
+    TIMING_POOL_SETS,
+    Clock,
+    Rotation,
+    Timer,
+    escape_reason,
+    escape_trials,
+    make_flush,
+    stats_from_samples,
 )
 
 __all__ = ["TaskProblem", "evaluate_job"]
@@ -135,7 +151,7 @@ def confine_candidate(job: WorkerJob, cache_dir: Path) -> str:
     start = current_report()
     entries = list(job.build_entries) or [str(entry_dir(cache_dir, ""))]  # no list: every entry
     policy = worker_policy(job.result_path.parent, entries, protect=job.protect, devices=granted_devices())
-    report = confine(policy, mode)  # type: ignore[arg-type]
+    report = confine(policy, mode)  # type: ignore[arg-type]  # checked by confine
     applied = report.applied
     if start is not None and start.applied != applied:
         applied += f" (start-up: {start.applied})"

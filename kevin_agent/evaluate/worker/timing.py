@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from kevin_agent.data import TimingStats
 
@@ -114,7 +115,7 @@ class Clock:
     stream: Any  # the stream timing records on (the worker's current stream at start)
 
     @classmethod
-    def from_captured(cls, captured: Any, stream: Any) -> "Clock":
+    def from_captured(cls, captured: Any, stream: Any) -> Clock:
         return cls(
             event_class=captured.get("torch.cuda.Event"),
             record=captured.get("torch.cuda.Event.record"),
