@@ -13,6 +13,7 @@ Exit codes: 0 every task played, 130 cancelled, 2 bad input, 3 the machine lacks
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import threading
@@ -89,37 +90,22 @@ def _play(service: Any, manifest: Any, manifests: Any) -> Any:
     from rich.console import Console
 
     from kevin_agent.benchmark.runner import play_benchmark
+    from kevin_agent.commands.interrupts import play_interruptible
     from kevin_agent.progress import make_progress
 
-    cancel, done = threading.Event(), threading.Event()
-    box: dict[str, Any] = {}
     console = Console(file=sys.stderr)
-    progress = make_progress(console) if console.is_terminal else None
+    live = make_progress(console) if console.is_terminal else None  # a live view of each task's run
+    resume = f"kevin bench --resume {manifest.bench_id}"
 
     def say(line: str) -> None:
         print(f"kevin bench: {line}", file=sys.stderr, flush=True)
 
-    def work() -> None:
-        try:
-            box["outcome"] = play_benchmark(service, manifest, manifests, say, cancel,
-                                            progress if progress is not None else _ignore)
-        except BaseException as err:
-            box["error"] = err
-        finally:
-            done.set()
-
-    threading.Thread(target=work, name="kevin-bench", daemon=True).start()
-    try:
-        while not done.wait(0.2):
-            pass
-    except KeyboardInterrupt:
-        cancel.set()
-        say(f"cancelling; finished work is kept (resume with `kevin bench --resume {manifest.bench_id}`)")
-        while not done.wait(0.2):
-            pass
-    if "error" in box:
-        raise box["error"]
-    return box["outcome"]
+    with live if live is not None else contextlib.nullcontext():
+        return play_interruptible(
+            lambda cancel: play_benchmark(service, manifest, manifests, say, cancel, live or _ignore),
+            threading.Event(), name="kevin-bench",
+            on_cancel=lambda: say(f"cancelling; finished work is kept (Ctrl-C again to quit now; {resume})"),
+            on_quit=lambda: say(f"stopped; resume with `{resume}`"))
 
 
 def _ignore(event: object) -> None:

@@ -110,36 +110,19 @@ def run_request(args: argparse.Namespace) -> Any:
 
 def _play_in_thread(prepared: Any, cancel: threading.Event) -> Any:
     """Play off the main thread so Ctrl-C reaches us; re-raise its exceptions here."""
-    outcome: dict[str, Any] = {}
-    finished = threading.Event()  # not Thread.join: an interrupted join can return early
+    from kevin_agent.commands.interrupts import play_interruptible
 
-    def work() -> None:
-        try:
-            outcome["outcome"] = prepared.play(cancel)
-        except BaseException as err:
-            outcome["error"] = err
-        finally:
-            finished.set()
+    def cancelling() -> None:
+        print("kevin optimize: cancelling; finished work is kept (Ctrl-C again to quit now)",
+              file=sys.stderr, flush=True)
 
-    threading.Thread(target=work, name="kevin-session", daemon=True).start()
-    try:
-        while not finished.wait(0.2):
-            pass
-    except KeyboardInterrupt:
-        try:  # a second Ctrl-C at any point after the first one (even before this line) quits now
-            cancel.set()
-            print("kevin optimize: cancelling; finished work is kept (Ctrl-C again to quit now)",
-                  file=sys.stderr, flush=True)
-            while not finished.wait(0.2):
-                pass
-        except KeyboardInterrupt:
-            prepared.abandon()
-            print(f"kevin optimize: stopped; continue with `kevin optimize --resume {prepared.run_id}`",
-                  file=sys.stderr, flush=True)
-            raise
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["outcome"]
+    def quitting() -> None:
+        prepared.abandon()
+        print(f"kevin optimize: stopped; continue with `kevin optimize --resume {prepared.run_id}`",
+              file=sys.stderr, flush=True)
+
+    return play_interruptible(prepared.play, cancel, name="kevin-session", on_cancel=cancelling,
+                              on_quit=quitting)
 
 
 def _report(args: argparse.Namespace, record: Any) -> None:
