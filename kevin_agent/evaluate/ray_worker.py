@@ -275,7 +275,7 @@ class GpuNode:
         except EnvironmentProblem as problem:
             self.problem = problem
             return
-        env = {"TORCH_CUDA_ARCH_LIST": arch or ""}
+        env = {"TORCH_CUDA_ARCH_LIST": arch or "", NODE_NAME_ENV: node_label()}  # the worker's env is allow-listed
         self.scratch = scratch_root()
         self.lane = LocalLane(self.device, settings, worker_command=worker_command, extra_env=env, spares=spares,
                               scratch_root=self.scratch, cache_dir=self._cache().root)  # confined as locally
