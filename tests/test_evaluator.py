@@ -92,7 +92,7 @@ def test_gpu_stage_through_standin_workers(compiled: tuple, shared_build_cache: 
     seen = json.loads(normal.message)  # the stand-in echoes its job
     assert seen["arch"] == "9.0" and seen["cache_dir"] == str(shared_build_cache)
     assert len(set(pids)) == 2
-    assert normal.details.baseline_cached is not None  # the parent says whether it measured them (test_baseline_cache.py)
+    assert normal.details.baseline_cached is not None  # the parent says whether it measured them
     assert rec.queue[0] == (3, 0) and rec.queue[-1] == (0, 0)  # three compiled, all went through
     assert all(c + g <= 3 for c, g in rec.queue) and max(g for _, g in rec.queue) >= 1
     assert rec.verdicts[0][0] == 1 and sorted(i for i, _ in rec.verdicts) == [0, 1, 2, 3]
