@@ -7,6 +7,7 @@
 #                                       # bench table (21)
 #   bash scripts/gpu_session.sh 2 480   # another time budget in seconds (default 530)
 #   GPU_SESSION_TESTS="tests/gpu/test_loop_gpu.py" bash scripts/gpu_session.sh 2   # other test files
+#   GPU_SESSION_PHASES="gpu_tests kevin_bench" bash scripts/gpu_session.sh 3        # only these phases
 #
 # How it splits, and why. The suite has two build caches, each filled once per pytest process by a
 # parallel precompile (the torch header, ~30 s, plus every candidate): test_gpu_provenance.py
@@ -78,6 +79,9 @@ python3 bench/gpu_summary.py init "$SUMMARY" "$PART"
 log() { echo "== $(date -u +%T) [$(left) s left] $*" | tee -a "$LOG"; }
 phase() {  # phase NAME CAP_SECONDS [RESULT_JSON] -- COMMAND...: run, log, record in the summary
   local name=$1 limit=$2 result="" avail started rc; shift 2
+  if [ -n "${GPU_SESSION_PHASES:-}" ] && [[ " $GPU_SESSION_PHASES " != *" $name "* ]]; then
+    log "$name: not selected (GPU_SESSION_PHASES)"; return
+  fi
   if [ "$1" != "--" ]; then result=$1; shift; fi
   shift
   avail=$(left); (( avail < limit )) && limit=$avail

@@ -18,7 +18,7 @@ from kevin_agent.evaluate.worker.correctness import (
     keep_output,
     refill_inputs,
 )
-from kevin_agent.evaluate.worker.timing import Clock, Rotation, Timer, wall_clock
+from kevin_agent.evaluate.worker.timing import Clock, Rotation, Timer, lead_in_ms, wall_clock
 
 
 def cpu_clock() -> Clock:
@@ -193,3 +193,43 @@ def test_the_device_is_settled_before_each_refill_and_each_kept_copy():
 
     Timer(cpu_clock(), lambda: None).time(candidate, rot, 2, warmup=0)
     assert order == ["settle", "call", "settle", "settle", "call"]  # refill, call, keep; refill, call
+
+
+def test_lead_in_is_twice_the_median_issue_time_within_bounds():
+    assert lead_in_ms([]) == pytest.approx(0.2)
+    assert lead_in_ms([0.1, 0.3, 0.2]) == pytest.approx(0.4)
+    assert lead_in_ms([0.001]) == pytest.approx(0.05)  # a floor for launch jitter
+    assert lead_in_ms([5.0, 7.0]) == pytest.approx(2.0)  # a call that synchronizes inside: capped
+
+
+class FakeClock:
+    """A host clock whose ticks are scripted, recording the order of holds, records and calls."""
+
+    def __init__(self, order: list[str], issue_ms: list[float]) -> None:
+        self.order, self.issue_ms, self.now = order, list(issue_ms), 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def call(self, a, b):
+        self.order.append("call")
+        self.now += (self.issue_ms.pop(0) if self.issue_ms else 0.0) / 1000.0
+        return a @ b
+
+    def clock(self) -> Clock:
+        base = wall_clock()
+        return Clock(base.event_class, lambda e, s=None: self.order.append("start-or-end"), base.elapsed_time,
+                     lambda: None, self.perf_counter, None, hold=lambda ms: self.order.append(f"hold {ms:.2f}"))
+
+
+def test_every_timed_start_follows_a_hold_sized_from_the_warm_up_calls():
+    """An idle device (rotation settles before each refill) must not time the host issuing the
+    call: the hold queues the call's launches before the start event runs."""
+    order: list[str] = []
+    fake = FakeClock(order, [9.0, 0.3, 0.1, 0.2])  # the first warm-up call (a build) is left out
+    timer = Timer(fake.clock(), lambda: order.append("flush"))
+    timer.time(fake.call, rotation(sets()), 2, warmup=4)
+    timed = order[order.index("flush"):]
+    assert timed == ["flush", "hold 0.40", "start-or-end", "call", "start-or-end"] * 2
+    timer.time_synced(fake.call, rotation(sets()), 1)
+    assert order[-5:] == ["flush", "hold 0.40", "start-or-end", "call", "start-or-end"]

@@ -310,6 +310,7 @@ def test_profiling_patches_nothing_and_records_every_launch():
     device = torch.device("cuda", torch.cuda.current_device())
     captured = guards.capture_references()  # settles torch._dynamo's wrap of manual_seed first (issue 17)
     assert warm_profiler(captured, device) is None
+    captured = guards.with_module_state(captured)  # the warm-up's outcome, as the worker takes it
     x = torch.randn(1024, 1024, device=device)
     for _ in range(5):
         acts = profile_forward(lambda t: torch.relu(t @ t) + 1, (x,), device, profiler_handles(captured))

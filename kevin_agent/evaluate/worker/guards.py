@@ -43,6 +43,7 @@ WATCHED_PATHS: tuple[str, ...] = (
     "torch.cuda.manual_seed",
     "torch.cuda.memory_snapshot",
     "torch.cuda.empty_cache",
+    "torch.cuda._sleep",
     "torch._C._cuda_synchronize",
     "torch._C._cuda_getCurrentStream",
     "torch.manual_seed",

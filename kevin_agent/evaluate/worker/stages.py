@@ -43,6 +43,7 @@ from kevin_agent.evaluate.worker.timing import (
     Clock,
     Rotation,
     Timer,
+    device_cycles_per_ms,
     escape_reason,
     escape_trials,
     make_flush,
@@ -57,8 +58,9 @@ def evaluate_job(job: WorkerJob, cache_dir: Path, captured: CapturedReferences, 
     """The job's reply. Raises TaskProblem when the reference itself fails."""
     scratch = Path(job.scratch_dir or tempfile.mkdtemp(prefix="kevin-worker-"))
     try:
-        ctx = Context(captured, Clock.from_captured(captured, stream), device, job.settings,
-                      environment_details(device), scratch / "candidate.py", make_flush(device))
+        clock = Clock.from_captured(captured, stream, device_cycles_per_ms(device))
+        ctx = Context(captured, clock, device, job.settings, environment_details(device), scratch / "candidate.py",
+                      make_flush(device))
         peaks = None if job.measure_baseline else _peaks(cache_dir, ctx)  # before candidate code runs
         task, reference, init_inputs = load_reference(job.task_source, scratch, ctx)
         if job.measure_baseline:
@@ -153,7 +155,7 @@ def confine_candidate(job: WorkerJob, cache_dir: Path) -> str:
     policy = worker_policy(job.result_path.parent, entries, protect=job.protect, devices=granted_devices())
     report = confine(policy, mode)  # type: ignore[arg-type]  # checked by confine
     applied = report.applied
-    if start is not None and start.applied != applied:
+    if start is not None:  # both layers on the record, even when they read the same
         applied += f" (start-up: {start.applied})"
     return applied
 

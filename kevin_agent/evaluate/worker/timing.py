@@ -31,6 +31,13 @@ ESCAPE_MIN_GAP_MS = 0.01  # ignore gaps smaller than this (launch and wake-up no
 # forward. An answer wrong on a share f of the calls escapes with probability (1 - f)^4.
 TIMING_POOL_SETS = 3
 TIMED_SAMPLES = 4
+# Lead-in: before each timed call's start event the device is held busy (a GPU sleep) for twice
+# the host's median time to issue one call, so the call's launches are already queued when the
+# start event runs. Without it, a call made on an idle device (rotation synchronizes before every
+# refill) times the host's Python and launch overhead too, which the baseline's queued calls hide.
+LEAD_IN_DEFAULT_MS = 0.2  # before any warm-up call was measured
+LEAD_IN_MIN_MS = 0.05
+LEAD_IN_MAX_MS = 2.0
 
 
 def median_interval(sorted_ms: Sequence[float]) -> tuple[float, float]:
@@ -82,6 +89,14 @@ def spread_of_medians(medians_ms: Sequence[float]) -> float:
     return (max(medians_ms) - min(medians_ms)) / middle if middle > 0 else 0.0
 
 
+def lead_in_ms(host_call_ms: Sequence[float]) -> float:
+    """How long to hold the device before a timed call: twice the host's median issue time of a
+    warm call, within [LEAD_IN_MIN_MS, LEAD_IN_MAX_MS]; the default when nothing was measured."""
+    if not host_call_ms:
+        return LEAD_IN_DEFAULT_MS
+    return min(LEAD_IN_MAX_MS, max(LEAD_IN_MIN_MS, 2.0 * statistics.median(host_call_ms)))
+
+
 def flush_buffer_bytes(l2_cache_bytes: int | None) -> int:
     """A buffer larger than twice the L2 cache (256 MiB when the size is unknown)."""
     if not l2_cache_bytes or l2_cache_bytes <= 0:
@@ -113,9 +128,16 @@ class Clock:
     synchronize: Callable[[], None]  # torch.cuda.synchronize (whole device)
     perf_counter: Callable[[], float]
     stream: Any  # the stream timing records on (the worker's current stream at start)
+    hold: Callable[[float], Any] = lambda ms: None  # keep the device busy ``ms`` (on ``stream``)
 
     @classmethod
-    def from_captured(cls, captured: Any, stream: Any) -> Clock:
+    def from_captured(cls, captured: Any, stream: Any, cycles_per_ms: float = 0.0) -> Clock:
+        sleep = captured.get("torch.cuda._sleep")
+
+        def hold(ms: float) -> None:
+            if sleep is not None and cycles_per_ms > 0:
+                sleep(int(ms * cycles_per_ms))
+
         return cls(
             event_class=captured.get("torch.cuda.Event"),
             record=captured.get("torch.cuda.Event.record"),
@@ -123,6 +145,7 @@ class Clock:
             synchronize=captured.get("torch.cuda.synchronize"),
             perf_counter=captured.get("time.perf_counter"),
             stream=stream,
+            hold=hold,
         )
 
     def event(self) -> Any:
@@ -168,11 +191,13 @@ class Rotation:
 
 class Timer:
     """Times callables on one device with a flush buffer zeroed before every trial. ``args`` may
-    be a ``Rotation``: each call then gets the next input set, and its output may be kept."""
+    be a ``Rotation``: each call then gets the next input set, and its output may be kept. Each
+    trial's start event follows a lead-in (``lead_in_ms`` of the warm-up calls' issue times)."""
 
     def __init__(self, clock: Clock, flush: Callable[[], Any]) -> None:
         self.clock = clock
         self.flush = flush
+        self.lead_ms = LEAD_IN_DEFAULT_MS
 
     def time(self, fn: Callable[..., Any], args: Sequence[Any] | Rotation, trials: int, warmup: int) -> list[float]:
         """Event-only times (ms) of ``trials`` runs after ``warmup`` untimed runs."""
@@ -180,14 +205,21 @@ class Timer:
 
         c = self.clock
         with torch.no_grad():
+            issue_ms = []
             for _ in range(warmup):
                 index, call_args = _next(args)
-                _returned(args, index, fn(*call_args))
+                issued = c.perf_counter()
+                out = fn(*call_args)
+                issue_ms.append((c.perf_counter() - issued) * 1000.0)
+                _returned(args, index, out)
+            if issue_ms:
+                self.lead_ms = lead_in_ms(issue_ms[1:] or issue_ms)  # the first call may build or warm
             c.synchronize()
             pairs = []
             for _ in range(trials):
                 index, call_args = _next(args)
                 self.flush()
+                c.hold(self.lead_ms)
                 start, end = c.event(), c.event()
                 c.record(start, c.stream)
                 out = fn(*call_args)
@@ -216,6 +248,7 @@ class Timer:
             for _ in range(trials):
                 index, call_args = _next(args)
                 self.flush()
+                c.hold(self.lead_ms)
                 start, end = c.event(), c.event()
                 c.record(start, c.stream)
                 out = fn(*call_args)
@@ -276,6 +309,14 @@ def make_flush(device: Any) -> Callable[[], Any]:
     size = flush_buffer_bytes(getattr(props, "L2_cache_size", None))
     buffer = torch.empty(size, dtype=torch.uint8, device=device)
     return buffer.zero_
+
+
+def device_cycles_per_ms(device: Any) -> float:
+    """The device's SM clock in cycles per millisecond (its reported kHz), for ``Clock.hold``;
+    at a lower real clock a hold lasts longer, never shorter. 0 when not reported (no hold)."""
+    import torch
+
+    return float(getattr(torch.cuda.get_device_properties(device), "clock_rate", 0) or 0)
 
 
 def escape_trials(timing_trials: int) -> int:
