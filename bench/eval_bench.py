@@ -197,9 +197,14 @@ def breakdown(workers: list[Any], rows: list[dict[str, Any]], started: float, wa
     jobs = [(w.ended_at - w.seconds - started, w.ended_at - started, w.baseline is not None) for w in workers]
     busy = busy_seconds([(a, b) for a, b, _ in jobs])
     builds = [r["build_s"] for r in rows if r.get("build_s") is not None]
+    first = min((a for a, _, _ in jobs), default=None)
+    last_end = max((b for _, b, _ in jobs), default=None)
     return {
-        "first_gpu_job_s": min((a for a, _, _ in jobs), default=None),
+        "first_gpu_job_s": first,
         "gpu_busy_s": busy, "gpu_idle_s": max(0.0, wall - busy),
+        # idle between the first job's start and the last job's end: hand-over gaps, late builds
+        "gpu_idle_between_jobs_s": (last_end - first - busy) if first is not None and last_end is not None else 0.0,
+        "timeline": [[round(a, 3), round(b, 3)] for a, b, _ in sorted(jobs)],  # each job's span on the wall
         "baseline_jobs_s": sum(b - a for a, b, base in jobs if base),
         "candidate_gpu_stages_s": sum(b - a for a, b, base in jobs if not base),
         "visible_worker_wait_s": sum(w.waited_s for w in workers),
@@ -221,6 +226,7 @@ def render_breakdown(result: dict[str, Any]) -> list[str]:
              f"    baseline jobs (eager, torch.compile)       {share(part['baseline_jobs_s'])}",
              f"    candidate GPU stages                       {share(part['candidate_gpu_stages_s'])}",
              f"  GPU idle                                     {share(part['gpu_idle_s'])}",
+             f"    between its first and last job             {share(part.get('gpu_idle_between_jobs_s', 0.0))}",
              f"  visible waits for a worker                   {_f(part['visible_worker_wait_s'])}",
              f"  builds ({part['builds']}, summed; they overlap)             {_f(part['builds_summed_s'])}"]
     return lines

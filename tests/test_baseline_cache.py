@@ -147,6 +147,8 @@ def test_the_eval_bench_breakdown_accounts_for_the_wall():
     part = eval_bench.breakdown(workers, [{"build_s": 5.0}, {"build_s": None}, {"build_s": 7.0}], started, 30.0)
     assert part["first_gpu_job_s"] == 8.0
     assert (part["gpu_busy_s"], part["gpu_idle_s"]) == (9.0, 21.0)
+    assert part["gpu_idle_between_jobs_s"] == 3.0  # 14..17: the GPU waited between jobs
+    assert part["timeline"] == [[8.0, 12.0], [12.0, 14.0], [17.0, 20.0]]
     assert (part["baseline_jobs_s"], part["candidate_gpu_stages_s"]) == (4.0, 5.0)
     assert (part["visible_worker_wait_s"], part["builds_summed_s"], part["builds"]) == (0.75, 12.0, 2)
     lines = eval_bench.render_breakdown({"header_s": 35.0, "kevin": {"wall_s": 30.0, "breakdown": part}})
