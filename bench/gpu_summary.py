@@ -83,6 +83,9 @@ def init(path: Path, part: str) -> dict[str, Any]:
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **commit_info(),
         "host": host_info(), "tests": [], "counts": {}, "running": None, "phases": {}, "files": {},
         "finished": None,
+        # a part run with other tests or only some phases (scripts/gpu_session.sh's variables)
+        "selection": {k: os.environ[k] for k in ("GPU_SESSION_TESTS", "GPU_SESSION_PHASES", "GPU_SESSION_TAG")
+                      if os.environ.get(k)},
     }
     save(path, summary)
     return summary

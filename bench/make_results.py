@@ -143,7 +143,9 @@ def session_lines(name: str, s: dict[str, Any]) -> list[str]:
     host = s.get("host", {})
     commit = f"`{(s.get('commit') or 'none')[:12]}`" + (" (tree dirty)" if s.get("dirty") else "")
     counts = ", ".join(f"{n} {k}" for k, n in sorted(s.get("counts", {}).items())) or "no test finished"
-    lines = [f"### GPU session, part {s.get('part')} (`bash scripts/gpu_session.sh {s.get('part')}`)", "",
+    chosen = " ".join(f'{k}="{v}"' for k, v in sorted(s.get("selection", {}).items()))
+    command = f"{chosen} bash scripts/gpu_session.sh {s.get('part')}".strip()
+    lines = [f"### GPU session, part {s.get('part')} (`{command}`)", "",
              f"File `{name}`; commit {commit}; {host.get('gpu', 'no GPU')} (driver {host.get('driver', '?')}), "
              f"torch {host.get('torch')}, CUDA {host.get('cuda')}, Python {host.get('python')}, "
              f"{host.get('cpus')} CPUs; "

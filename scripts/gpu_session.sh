@@ -8,6 +8,7 @@
 #   bash scripts/gpu_session.sh 2 480   # another time budget in seconds (default 530)
 #   GPU_SESSION_TESTS="tests/gpu/test_loop_gpu.py" bash scripts/gpu_session.sh 2   # other test files
 #   GPU_SESSION_PHASES="gpu_tests kevin_bench" bash scripts/gpu_session.sh 3        # only these phases
+#   GPU_SESSION_TAG=rerun bash scripts/gpu_session.sh 2   # files named ...-gpu-session-2-rerun.*
 #
 # How it splits, and why. The suite has two build caches, each filled once per pytest process by a
 # parallel precompile (the torch header, ~30 s, plus every candidate): test_gpu_provenance.py
@@ -71,9 +72,10 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export PYTHONPATH="$PWD:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 GPU=$(python3 -c 'import torch; print(torch.cuda.get_device_name(0).split()[-1].lower())' 2>/dev/null || echo nogpu)
-NAME="$(date -u +%F)-$GPU-gpu-session-$PART"
+TAG="$PART${GPU_SESSION_TAG:+-$GPU_SESSION_TAG}"  # a second run of a part on one day: another name
+NAME="$(date -u +%F)-$GPU-gpu-session-$TAG"
 SUMMARY="$OUT/$NAME.json" LOG="$OUT/$NAME.log"
-export KEVIN_GPU_SUMMARY="$SUMMARY" KEVIN_GPU_LOG="$OUT/$(date -u +%F)-$GPU-gpu-verdicts-$PART.jsonl"
+export KEVIN_GPU_SUMMARY="$SUMMARY" KEVIN_GPU_LOG="$OUT/$(date -u +%F)-$GPU-gpu-verdicts-$TAG.jsonl"
 python3 bench/gpu_summary.py init "$SUMMARY" "$PART"
 
 log() { echo "== $(date -u +%T) [$(left) s left] $*" | tee -a "$LOG"; }
