@@ -84,7 +84,8 @@ def init(path: Path, part: str) -> dict[str, Any]:
         "host": host_info(), "tests": [], "counts": {}, "running": None, "phases": {}, "files": {},
         "finished": None,
         # a part run with other tests or only some phases (scripts/gpu_session.sh's variables)
-        "selection": {k: os.environ[k] for k in ("GPU_SESSION_TESTS", "GPU_SESSION_PHASES", "GPU_SESSION_TAG")
+        "selection": {k: os.environ[k] for k in ("GPU_SESSION_TESTS", "GPU_SESSION_PHASES", "GPU_SESSION_TAG",
+                                                             "GPU_SESSION_STOCK")
                       if os.environ.get(k)},
     }
     save(path, summary)

@@ -9,6 +9,7 @@
 #   GPU_SESSION_TESTS="tests/gpu/test_loop_gpu.py" bash scripts/gpu_session.sh 2   # other test files
 #   GPU_SESSION_PHASES="gpu_tests kevin_bench" bash scripts/gpu_session.sh 3        # only these phases
 #   GPU_SESSION_TAG=rerun bash scripts/gpu_session.sh 2   # files named ...-gpu-session-2-rerun.*
+#   GPU_SESSION_STOCK=0 bash scripts/gpu_session.sh 3     # part 3's eval_bench without the stock baseline
 #
 # How it splits, and why. The suite has two build caches, each filled once per pytest process by a
 # parallel precompile (the torch header, ~30 s, plus every candidate): test_gpu_provenance.py
@@ -108,7 +109,8 @@ if [ "$PART" = 3 ]; then
   # (~1.5 min); `kevin bench` re-judging KernelBench's five examples under the partial policy
   # (~1.5 min; its result.json and report.html come back).
   WORK=/tmp/kevin-session-bench; rm -rf "$WORK"
-  phase eval_bench 240 "$OUT/eval_bench.json" -- python3 bench/eval_bench.py --evaluation-only --baseline 2 \
+  STOCK="${GPU_SESSION_STOCK:-2}"  # stock load_inline candidates for the baseline (0: none, ~100 s less)
+  phase eval_bench 240 "$OUT/eval_bench.json" -- python3 bench/eval_bench.py --evaluation-only --baseline "$STOCK" \
     --baseline-budget 60 --work "$WORK" --out "$OUT/eval_bench.json"
   rm -f "$OUT/eval_bench.json"
   export KEVIN_BUILD_CACHE="$WORK/cache-eval"  # the torch header eval_bench built (a cold cache else)
