@@ -19,12 +19,14 @@ ESCAPED_STREAM = "escaped_stream"  # work ran where the timed stream does not wa
 BEYOND_SPEED_OF_LIGHT = "beyond_speed_of_light"  # faster than the GPU's peak rates allow
 IMPLAUSIBLE_SPEEDUP = "implausible_speedup"  # over 10x PyTorch eager
 PROVENANCE_UNCHECKED = "provenance_unchecked"  # what ran on the GPU could not be attributed
+TIMED_BELOW_PROFILE = "timed_below_profile"  # the events measured less than the profiler saw one call use
 UNCLASSIFIED = "unclassified"  # an older verdict's flag whose reason names none of the above
 TRUST_FLAGS: dict[str, str] = {
     ESCAPED_STREAM: "work escaped the timed stream",
     BEYOND_SPEED_OF_LIGHT: "faster than speed of light",
     IMPLAUSIBLE_SPEEDUP: "implausible speedup",
     PROVENANCE_UNCHECKED: "provenance not checked",
+    TIMED_BELOW_PROFILE: "timed below the profiler's record",
     UNCLASSIFIED: "flagged",
 }
 # Older verdicts recorded only reasons: the wording each check used, to name its flag again.
@@ -33,6 +35,7 @@ _REASON_PREFIXES: tuple[tuple[str, str], ...] = (
     ("faster than the gpu's speed of light", BEYOND_SPEED_OF_LIGHT),
     ("faster than the speed of light", BEYOND_SPEED_OF_LIGHT),
     ("provenance not checked", PROVENANCE_UNCHECKED),
+    ("timed faster than the profiler", TIMED_BELOW_PROFILE),
 )
 
 

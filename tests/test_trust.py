@@ -316,3 +316,19 @@ def test_a_candidate_that_disarms_the_trust_checks_is_caught_as_a_patch(monkeypa
     assert sorted(guards.find_patched(captured)) == [
         "kevin_agent.data.flag_untrusted", "kevin_agent.evaluate.worker.speed_of_light.timing_flags",
         "kevin_agent.evaluate.worker.stages.flag_untrusted", "kevin_agent.evaluate.worker.stages.timing_flags"]
+
+
+def test_a_median_far_below_the_profilers_record_is_not_believed():
+    """Timing rewritten inside the worker (events recorded late, elapsed times replaced in native
+    code) cannot also rewrite CUPTI's kernel timestamps of the profiled call."""
+    from kevin_agent.evaluate.worker.timing import profile_disagreement
+
+    assert profile_disagreement(0.05, 0.30) is not None  # a sixth of what the GPU was seen doing
+    assert profile_disagreement(0.101, 0.30) is None  # a third: overlapped streams, warm caches
+    assert profile_disagreement(0.09, 0.30) is not None
+    assert profile_disagreement(0.001, 0.005) is None  # gaps under 0.01 ms are launch noise
+    assert profile_disagreement(0.05, None) is None and profile_disagreement(0.05, 0.0) is None
+    reason = profile_disagreement(0.01, 0.25) or ""
+    named = [name for name, _ in timing_flags(0.5, 2.0, None, 0.01, 0.005, reason)]
+    assert named == ["timed_below_profile"]
+    assert "0.0100 ms measured" in reason and "0.2500 ms of GPU time" in reason

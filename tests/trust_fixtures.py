@@ -22,6 +22,8 @@ REASONS = {
     "implausible_speedup": "12.0x faster than PyTorch eager (over 10x is rare for real kernels)",
     "provenance_unchecked": ("provenance not checked: no kernels could be listed in the candidate's "
                              "extension"),
+    "timed_below_profile": ("timed faster than the profiler saw it run: 0.0100 ms measured with CUDA events, "
+                            "but one profiled call used 0.2500 ms of GPU time"),
 }
 FLAGGED_SPEEDUP = 5.0  # faster than every trusted fixture: any leak into a best would show
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kevin_agent.data import BEYOND_SPEED_OF_LIGHT, ESCAPED_STREAM, IMPLAUSIBLE_SPEEDUP
+from kevin_agent.data import BEYOND_SPEED_OF_LIGHT, ESCAPED_STREAM, IMPLAUSIBLE_SPEEDUP, TIMED_BELOW_PROFILE
 
 SOL_LIMIT = 1.0  # a kernel above this fraction of speed of light is not believed
 EAGER_SPEEDUP_LIMIT = 10.0  # KEVIN.md: flag speedups over 10x eager
@@ -49,7 +49,7 @@ def sol_ms(flops: float, bytes_moved: float, peak_flops: float, peak_bandwidth: 
 
 def timing_flags(
     sol_fraction: float | None, speedup_vs_eager: float | None, escape: str | None = None,
-    kernel_ms: float | None = None, sol_bound_ms: float | None = None,
+    kernel_ms: float | None = None, sol_bound_ms: float | None = None, profile: str | None = None,
 ) -> list[tuple[str, str]]:
     """The trust checks a correct candidate's timing trips: (flag name, reason) pairs, empty when
     nothing is off. A flagged verdict is not trusted: it earns nothing and is never a best."""
@@ -64,6 +64,8 @@ def timing_flags(
                       "for real kernels)"))
     if escape:
         flags.append((ESCAPED_STREAM, escape))
+    if profile:
+        flags.append((TIMED_BELOW_PROFILE, profile))
     return flags
 
 

@@ -47,6 +47,7 @@ from kevin_agent.evaluate.worker.timing import (
     escape_reason,
     escape_trials,
     make_flush,
+    profile_disagreement,
     stats_from_samples,
 )
 
@@ -281,7 +282,9 @@ def _timing(ctx: Context, candidate: Any, baseline: Baseline, peaks: PeakRates |
         if d.compiled is not None:
             d.speedup_vs_compile = d.compiled.median_ms / d.kernel.median_ms
     _speed_of_light(ctx, baseline, peaks)
-    for name, reason in timing_flags(d.sol_fraction, d.speedup_vs_eager, escape, d.kernel.median_ms, d.sol_ms):
+    profile = profile_disagreement(d.kernel.median_ms, ctx.provenance.total_ms if ctx.provenance else None)
+    for name, reason in timing_flags(d.sol_fraction, d.speedup_vs_eager, escape, d.kernel.median_ms, d.sol_ms,
+                                     profile):
         flag_untrusted(d, name, reason)
     message = _passed_message(d, feedback.correct(d.speedup_vs_eager or 0.0))
     return Verdict(Stage.TIMING, True, _with_profile(message, ctx), d)

@@ -24,6 +24,10 @@ STABLE_HALF_WIDTH = 0.01  # stop once the median's 95% interval is within +-1% o
 Z_95 = 1.959964
 ESCAPE_RATIO = 0.5  # event-only median below this fraction of the synced one: suspicious
 ESCAPE_MIN_GAP_MS = 0.01  # ignore gaps smaller than this (launch and wake-up noise)
+# The profiler's record (CUPTI's kernel timestamps, not the events the timer reads): a median under
+# this share of the GPU time one profiled call used is not believed. A third leaves room for honest
+# kernels overlapped on a few streams (their summed time exceeds the wall) and for warm caches.
+PROFILE_AGREEMENT = 1.0 / 3.0
 # Timed calls (issue 19): each is called on the staging buffers holding the next input set of a
 # small pool (seeds from os.urandom), so an answer that remembers outputs by address returns the
 # wrong set's. After each call returns, a draw decides whether its output joins a uniform random
@@ -95,6 +99,18 @@ def lead_in_ms(host_call_ms: Sequence[float]) -> float:
     if not host_call_ms:
         return LEAD_IN_DEFAULT_MS
     return min(LEAD_IN_MAX_MS, max(LEAD_IN_MIN_MS, 2.0 * statistics.median(host_call_ms)))
+
+
+def profile_disagreement(event_median_ms: float, profiled_gpu_ms: float | None) -> str | None:
+    """Why the timed median cannot be right given the profiler's record of one call (the GPU time
+    its kernels and copies used, from CUPTI), or None: timing rewritten from inside the process
+    (events recorded late, elapsed times replaced in native code) shows as a gap between the two."""
+    if profiled_gpu_ms is None or profiled_gpu_ms <= 0:
+        return None
+    if profiled_gpu_ms - event_median_ms < ESCAPE_MIN_GAP_MS or event_median_ms >= PROFILE_AGREEMENT * profiled_gpu_ms:
+        return None
+    return (f"timed faster than the profiler saw it run: {event_median_ms:.4f} ms measured with CUDA events, "
+            f"but one profiled call used {profiled_gpu_ms:.4f} ms of GPU time")
 
 
 def flush_buffer_bytes(l2_cache_bytes: int | None) -> int:
