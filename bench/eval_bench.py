@@ -209,7 +209,17 @@ def breakdown(workers: list[Any], rows: list[dict[str, Any]], started: float, wa
         "candidate_gpu_stages_s": sum(b - a for a, b, base in jobs if not base),
         "visible_worker_wait_s": sum(w.waited_s for w in workers),
         "builds_summed_s": sum(builds), "builds": len(builds),
+        "worker_stage_median_s": stage_medians(rows),
     }
+
+
+def stage_medians(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Each worker stage's median seconds over the candidates that reached it, in stage order."""
+    seen: dict[str, list[float]] = {}
+    for row in rows:
+        for name, seconds in (row.get("stage_s") or {}).items():
+            seen.setdefault(name, []).append(float(seconds))
+    return {name: round(statistics.median(values), 3) for name, values in seen.items()}
 
 
 def render_breakdown(result: dict[str, Any]) -> list[str]:
@@ -229,6 +239,9 @@ def render_breakdown(result: dict[str, Any]) -> list[str]:
              f"    between its first and last job             {share(part.get('gpu_idle_between_jobs_s', 0.0))}",
              f"  visible waits for a worker                   {_f(part['visible_worker_wait_s'])}",
              f"  builds ({part['builds']}, summed; they overlap)             {_f(part['builds_summed_s'])}"]
+    stages = part.get("worker_stage_median_s") or {}
+    if stages:
+        lines.append("  worker stages, median s: " + ", ".join(f"{name} {s:.2f}" for name, s in stages.items()))
     return lines
 
 
@@ -238,7 +251,8 @@ def _verdict_row(verdict: Any) -> dict[str, Any]:
             "speedup_vs_eager": d.speedup_vs_eager, "speedup_vs_compile": d.speedup_vs_compile,
             "kernel_ms": d.kernel.median_ms if d.kernel else None,
             "kernel_trials": d.kernel.trials if d.kernel else None,
-            "build_s": d.build_seconds, "message": verdict.message.splitlines()[0]}
+            "build_s": d.build_seconds, "stage_s": dict(d.stage_seconds),
+            "message": verdict.message.splitlines()[0]}
 
 
 def warm_header(cache_dir: Path, arch: str) -> float:

@@ -240,6 +240,7 @@ class VerdictDetails:
     baseline_cached: bool | None = None  # eager / torch.compile timings reused, not re-measured
     baseline_seconds: float | None = None  # how long measuring them took, when this evaluation did
     sandbox: str | None = None  # how the candidate was confined: "landlock abi 7 + seccomp", "none (why)"
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # the worker's seconds per stage, in order
     # provenance: a recorded verdict served again (evaluate/replay.py), never measured here
     replayed: bool = False
     measured_in: str | None = None  # the run id the recorded verdict was measured in

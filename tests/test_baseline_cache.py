@@ -144,12 +144,16 @@ def test_the_eval_bench_breakdown_accounts_for_the_wall():
     workers = [SimpleNamespace(ended_at=112.0, seconds=4.0, baseline=object(), waited_s=0.5),  # 8..12
                SimpleNamespace(ended_at=114.0, seconds=2.0, baseline=None, waited_s=0.0),  # 12..14
                SimpleNamespace(ended_at=120.0, seconds=3.0, baseline=None, waited_s=0.25)]  # 17..20
-    part = eval_bench.breakdown(workers, [{"build_s": 5.0}, {"build_s": None}, {"build_s": 7.0}], started, 30.0)
+    rows = [{"build_s": 5.0, "stage_s": {"load": 0.5, "correctness": 0.25}}, {"build_s": None},
+            {"build_s": 7.0, "stage_s": {"load": 1.5, "correctness": 0.75, "timing": 0.5}}]
+    part = eval_bench.breakdown(workers, rows, started, 30.0)
     assert part["first_gpu_job_s"] == 8.0
     assert (part["gpu_busy_s"], part["gpu_idle_s"]) == (9.0, 21.0)
     assert part["gpu_idle_between_jobs_s"] == 3.0  # 14..17: the GPU waited between jobs
     assert part["timeline"] == [[8.0, 12.0], [12.0, 14.0], [17.0, 20.0]]
+    assert part["worker_stage_median_s"] == {"load": 1.0, "correctness": 0.5, "timing": 0.5}
     assert (part["baseline_jobs_s"], part["candidate_gpu_stages_s"]) == (4.0, 5.0)
     assert (part["visible_worker_wait_s"], part["builds_summed_s"], part["builds"]) == (0.75, 12.0, 2)
     lines = eval_bench.render_breakdown({"header_s": 35.0, "kevin": {"wall_s": 30.0, "breakdown": part}})
     assert any("GPU idle" in line and "70.0%" in line for line in lines)
+    assert "  worker stages, median s: load 1.00, correctness 0.50, timing 0.50" in lines

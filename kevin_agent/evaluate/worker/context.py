@@ -3,6 +3,8 @@ verdict details being filled, and loading the reference task."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,15 @@ class Context:
         import copy
 
         self.settings_at_start = copy.deepcopy(self.settings)
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Time a stage into ``details.stage_seconds`` (on the captured clock), however it ends."""
+        started = self.clock.perf_counter()
+        try:
+            yield
+        finally:
+            self.details.stage_seconds[name] = round(self.clock.perf_counter() - started, 4)
 
     def seed_all(self, seed: int) -> None:
         self.captured.get("torch.manual_seed")(seed)

@@ -62,11 +62,16 @@ def evaluate_job(job: WorkerJob, cache_dir: Path, captured: CapturedReferences, 
         clock = Clock.from_captured(captured, stream, device_cycles_per_ms(device))
         ctx = Context(captured, clock, device, job.settings, environment_details(device), scratch / "candidate.py",
                       make_flush(device))
-        peaks = None if job.measure_baseline else _peaks(cache_dir, ctx)  # before candidate code runs
-        task, reference, init_inputs = load_reference(job.task_source, scratch, ctx)
+        with ctx.stage("reference"):
+            peaks = None if job.measure_baseline else _peaks(cache_dir, ctx)  # before candidate code runs
+            task, reference, init_inputs = load_reference(job.task_source, scratch, ctx)
         if job.measure_baseline:
             return WorkerReply(baseline=measure_baseline(ctx, task, reference))
-        baseline = job.baseline or measure_baseline(ctx, task, reference)
+        if job.baseline is None:
+            with ctx.stage("baseline"):
+                baseline = measure_baseline(ctx, task, reference)
+        else:
+            baseline = job.baseline
         verdict = _evaluate_candidate(job, cache_dir, ctx, (task, reference, init_inputs), baseline, peaks)
         verdict.details.baseline_cached = job.baseline is not None
         return WorkerReply(verdict=verdict)
@@ -78,17 +83,20 @@ def evaluate_job(job: WorkerJob, cache_dir: Path, captured: CapturedReferences, 
 def _evaluate_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, loaded: tuple[Any, Any, Any],
                         baseline: Baseline, peaks: PeakRates | None) -> Verdict:
     task, reference, init_inputs = loaded
-    candidate = _load_candidate(job, cache_dir, ctx, task, init_inputs)
+    with ctx.stage("load"):
+        candidate = _load_candidate(job, cache_dir, ctx, task, init_inputs)
     if isinstance(candidate, Verdict):
         return candidate
-    verdict = _correctness(ctx, task, reference, candidate)
+    with ctx.stage("correctness"):
+        verdict = _correctness(ctx, task, reference, candidate)
     if verdict is not None:
         return verdict
     rotation = timing_rotation(ctx, task)
     try:
-        verdict = check_provenance(ctx, ProvenanceInputs(
-            task, reference, candidate, baseline.reference_kernels, ctx.extensions,
-            lambda: _hints(job.candidate_source, job.task_source), rotation))
+        with ctx.stage("provenance"):
+            verdict = check_provenance(ctx, ProvenanceInputs(
+                task, reference, candidate, baseline.reference_kernels, ctx.extensions,
+                lambda: _hints(job.candidate_source, job.task_source), rotation))
     except RefusedOutput as refused:
         return ctx.fail(Stage.CORRECTNESS, feedback.incorrect(f"{refused} (a timed call)"), str(refused))
     if verdict is not None:
@@ -97,7 +105,8 @@ def _evaluate_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, loaded: t
     if ctx.settings.timing_trials <= 0:
         message = _with_profile(_passed_message(ctx.details, feedback.correct_untimed()), ctx)
         return Verdict(Stage.PROVENANCE, True, message, ctx.details)
-    return _timing(ctx, candidate, baseline, peaks, reference, rotation)
+    with ctx.stage("timing"):
+        return _timing(ctx, candidate, baseline, peaks, reference, rotation)
 
 
 def _hints(source: str, task_source: str) -> list[str]:
