@@ -131,3 +131,24 @@ def test_timing_is_reproducible_across_five_rounds(worker_pool, gpu_cache_dir):
         medians.append(result.verdict.details.kernel.median_ms)
     assert min(medians) >= 0.1, medians
     assert spread_of_medians(medians) <= 0.02, medians
+
+
+def test_the_lead_in_holds_the_device_for_the_time_asked():
+    """``Clock.hold`` (a GPU sleep before each start event) really keeps the device busy: without it
+    a call made on an idle device times the host issuing it."""
+    import torch
+
+    from kevin_agent.evaluate.worker import guards
+    from kevin_agent.evaluate.worker.timing import Clock, device_cycles_per_ms
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    cycles_per_ms = device_cycles_per_ms(device)
+    assert cycles_per_ms > 100_000, cycles_per_ms  # over 100 MHz: a clock, not a unit mistake
+    clock = Clock.from_captured(guards.capture_references(), torch.cuda.current_stream(device), cycles_per_ms)
+    clock.hold(0.01)  # loads the sleep kernel
+    start, end = clock.event(), clock.event()
+    clock.record(start, clock.stream)
+    clock.hold(0.5)
+    clock.record(end, clock.stream)
+    clock.synchronize()
+    assert 0.4 <= clock.elapsed_time(start, end) <= 5.0  # at a lower real clock it lasts longer

@@ -328,11 +328,24 @@ def make_flush(device: Any) -> Callable[[], Any]:
 
 
 def device_cycles_per_ms(device: Any) -> float:
-    """The device's SM clock in cycles per millisecond (its reported kHz), for ``Clock.hold``;
-    at a lower real clock a hold lasts longer, never shorter. 0 when not reported (no hold)."""
+    """The device's SM clock in cycles per millisecond, for ``Clock.hold``: its reported kHz (at
+    a lower real clock a hold lasts longer, never shorter), else measured with a timed GPU sleep.
+    Runs before any candidate code."""
     import torch
 
-    return float(getattr(torch.cuda.get_device_properties(device), "clock_rate", 0) or 0)
+    reported = getattr(torch.cuda.get_device_properties(device), "clock_rate", 0)
+    if reported:
+        return float(reported)
+    cycles = 2_000_000
+    with torch.cuda.device(device):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1000)  # the sleep kernel's first launch loads it
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        elapsed_ms = start.elapsed_time(end)
+    return cycles / elapsed_ms if elapsed_ms > 0 else 0.0
 
 
 def escape_trials(timing_trials: int) -> int:
