@@ -17,6 +17,7 @@ import re
 import sys
 from pathlib import Path
 
+from kevin_agent.commands.optimize_cmd import add_evaluation_arguments
 from kevin_agent.errors import EnvironmentProblem, UserInputError
 from kevin_agent.verdict_text import render_verdict
 
@@ -39,11 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fresh-baselines", action="store_true",
                         help="time eager and torch.compile again instead of reusing the baselines stored "
                              "for this task, GPU model and torch/CUDA version")
-    parser.add_argument("--policy", choices=("strict", "partial"), default=None,
-                        help="strict (only your own CUDA kernels; the default) or partial (library "
-                             "and PyTorch kernels allowed beside your own)")
-    parser.add_argument("--sandbox", choices=("auto", "required", "off"), default=None,
-                        help="confine the candidate with Landlock and seccomp (default auto)")
+    add_evaluation_arguments(parser, cluster=False)
 
 
 def _positive(text: str) -> int:
