@@ -16,6 +16,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from kevin_agent.commands.optimize_cmd import add_evaluation_arguments
 from kevin_agent.errors import EnvironmentProblem, UserInputError
@@ -87,8 +88,15 @@ def default_arch(requested: str | None, compiles_without_gpu: bool, environ: dic
     return COMPILE_ONLY_ARCH
 
 
-def _settings(args: argparse.Namespace, compile_only: bool, arch: str | None):  # -> EvalSettings
+def _eval_modes(args: argparse.Namespace) -> dict[str, Any]:
+    """--policy and --sandbox over KEVIN_* and [tool.kevin], parsed (one line, exit 2 for a bad one)."""
     from kevin_agent.config import load_config, resolve_eval_settings
+
+    return resolve_eval_settings({"policy": args.policy, "sandbox": args.sandbox}, os.environ, load_config(None))
+
+
+def _settings(args: argparse.Namespace, compile_only: bool, arch: str | None,
+              modes: dict[str, Any]):  # -> EvalSettings
     from kevin_agent.evaluate.api import EvalSettings
 
     defaults = EvalSettings()
@@ -100,7 +108,7 @@ def _settings(args: argparse.Namespace, compile_only: bool, arch: str | None):  
         arch=arch,
         cache_dir=Path(args.cache).expanduser() if args.cache else None,
         fresh_baselines=args.fresh_baselines,
-        **resolve_eval_settings({"policy": args.policy, "sandbox": args.sandbox}, os.environ, load_config(None)),
+        **modes,  # policy and sandbox, parsed by resolve_eval_settings
     )
 
 
@@ -118,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
     from kevin_agent.evaluate.verdicts import static_verdict
     from kevin_agent.task import load_task
 
+    modes = _eval_modes(args)  # first: a bad setting is an error even when the static checks reject
     task = load_task(args.task)
     code = read_candidate(args.candidate)
     without_gpu = not args.compile_only and not _gpu_visible()
@@ -128,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
     compiles_without_gpu = without_gpu or (args.compile_only and not _gpu_visible())
     arch = default_arch(_arch(args.arch), compiles_without_gpu, dict(os.environ))
-    evaluator = CudaEvaluator(_settings(args, args.compile_only or without_gpu, arch))
+    evaluator = CudaEvaluator(_settings(args, args.compile_only or without_gpu, arch, modes))
     try:
         try:
             evaluator.check_environment()

@@ -13,7 +13,7 @@ from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
 
 from kevin_agent.config import BACKEND_NAMES
 from kevin_agent.errors import KevinError
-from kevin_agent.eval_modes import POLICIES, Policy, parse_policy
+from kevin_agent.eval_modes import PARTIAL, POLICIES, STRICT, Policy, parse_policy
 from kevin_agent.tui.discovery import ModuleEntry
 from kevin_agent.tui.run_setup import SetupValues, run_request
 
@@ -26,7 +26,7 @@ TEXT_FIELDS = (  # (field of SetupValues, label, placeholder)
     ("target_speedup", "Target speedup", "none: play every turn"),
     ("cluster", "Ray cluster", "none: this machine (or auto, ray://head:10001)"),
 )
-POLICY_LABELS: dict[Policy, str] = {"strict": "strict: own kernels only", "partial": "partial: libraries allowed"}
+POLICY_LABELS: dict[Policy, str] = {STRICT: "strict: own kernels only", PARTIAL: "partial: libraries allowed"}
 
 
 class SetupScreen(Screen):
