@@ -267,3 +267,22 @@ def test_a_stored_run_with_an_unknown_policy_is_one_line_when_resumed(project: P
     assert proc.returncode == 2
     assert one_line(proc) == ("kevin optimize: the run's stored evaluation settings: policy 'lenient': "
                               "expected one of strict, partial")
+
+
+def test_the_bench_report_names_the_policy_its_runs_were_judged_under(tmp_path: Path):
+    """No --policy, `policy = "partial"` in kevin.toml: the runs judged under partial, and so says
+    the report (it once said strict whenever the flag was not given)."""
+    from loop_fixtures import reply
+
+    repo = tmp_path / "repo"
+    (repo / "kb" / "level1").mkdir(parents=True)
+    (repo / "kb" / "level1" / "1_Add.py").write_text(TASK_FILE.read_text())
+    (repo / "kevin.toml").write_text('policy = "partial"\n')
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    replies = repo / "replies.jsonl"
+    replies.write_text(json.dumps({"task": "kb/level1/1_Add.py", "reply": reply("quick")}) + "\n")
+    replay = write_replay(tmp_path / "replay.json")
+    done = kevin(repo, "bench", "--replies", str(replies), "--evaluator", f"replay:{replay}", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["policy"] == "partial" and [t["policy"] for t in result["tasks"]] == ["partial"]
