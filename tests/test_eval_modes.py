@@ -286,3 +286,17 @@ def test_the_bench_report_names_the_policy_its_runs_were_judged_under(tmp_path: 
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["policy"] == "partial" and [t["policy"] for t in result["tasks"]] == ["partial"]
+
+
+def test_a_candidate_that_rebinds_the_modes_in_the_worker_is_caught(monkeypatch: pytest.MonkeyPatch):
+    """The worker's guards watch eval_modes like the rest of the judge: widening POLICIES or swapping
+    a parser after the capture is named as patched."""
+    from kevin_agent import eval_modes
+    from kevin_agent.evaluate.worker import guards
+
+    captured = guards.capture_references()
+    assert guards.find_patched(captured) == []
+    monkeypatch.setattr(eval_modes, "POLICIES", (*POLICIES, "lenient"))
+    monkeypatch.setattr(eval_modes, "parse_policy", lambda value: value)
+    assert set(guards.find_patched(captured)) >= {"kevin_agent.eval_modes.POLICIES",
+                                                   "kevin_agent.eval_modes.parse_policy"}
