@@ -28,7 +28,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kevin_agent.eval_modes import Policy
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -43,10 +46,11 @@ PROV_TASKS = {"style_dispatch_guard_stream": "scale_relu", "style_float4_constan
               "lax_self_attr": "mm", "lax_cpp_adl": "mm", "lax_compile_in_init": "mm"}
 
 
-def candidates() -> list[tuple[str, str, str, str]]:
+def candidates() -> list[tuple[str, str, str, Policy]]:
     """(id, task source, candidate source, policy)."""
-    found = [(name, (KERNELS / f"{name}_task.py").read_text(), (KERNELS / f"{name}_candidate.py").read_text(), "strict")
-             for name in ("add", "gelu", "matmul", "softmax")]
+    found: list[tuple[str, str, str, Policy]] = [
+        (name, (KERNELS / f"{name}_task.py").read_text(), (KERNELS / f"{name}_candidate.py").read_text(), "strict")
+        for name in ("add", "gelu", "matmul", "softmax")]
     for name in ("add", "fuse_gelu", "tiled_matmul", "flash_attn", "mnist2"):
         found.append((f"kb_{name}", (KB / f"model_ex_{name}.py").read_text(),
                       (KB / f"model_new_ex_{name}.py").read_text(), "partial" if name == "mnist2" else "strict"))
@@ -79,7 +83,7 @@ def launch_rate_us(device: Any, launches: int = 2000) -> float:
     return (time.perf_counter() - start) / launches * 1e6
 
 
-def measure_one(ident: str, task_src: str, cand_src: str, policy: str, cache_dir: Path, scratch: Path,
+def measure_one(ident: str, task_src: str, cand_src: str, policy: Policy, cache_dir: Path, scratch: Path,
                 handles: Any, device: Any) -> dict[str, Any]:
     import torch
 

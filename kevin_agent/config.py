@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from kevin_agent.errors import UserInputError
+from kevin_agent.eval_modes import parse_policy, parse_sandbox_mode
 
 DEFAULT_BASE_URL = "http://localhost:8000/v1"  # what `vllm serve cognition-ai/Kevin-32B` listens on
 DEFAULT_MODEL = "cognition-ai/Kevin-32B"
 BACKEND_NAMES = ("openai", "vllm", "scripted")
 
-POLICIES = ("strict", "partial")
-SANDBOX_MODES = ("auto", "required", "off")
 # environment variable -> evaluation setting (EvalSettings field)
 EVAL_ENV_VARS: tuple[tuple[str, str], ...] = (
     ("KEVIN_POLICY", "policy"),
@@ -233,9 +232,10 @@ def _eval_value(key: str, value: Any) -> Any:
     if not isinstance(value, str) or not value.strip():
         raise ValueError("expected a non-empty string")
     text = value.strip()
-    allowed = {"policy": POLICIES, "sandbox": SANDBOX_MODES}.get(key)
-    if allowed is not None and text not in allowed:
-        raise ValueError(f"expected one of {', '.join(allowed)}")
+    if key == "policy":
+        return parse_policy(text)
+    if key == "sandbox":
+        return parse_sandbox_mode(text)
     if key == "cluster" and text != "auto" and not text.startswith("ray://"):
         raise ValueError("expected 'auto' or a Ray address such as ray://head:10001")
     return text

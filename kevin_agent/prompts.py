@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 
 from kevin_agent import feedback
 from kevin_agent.data import Candidate, Message, Task, Verdict
-from kevin_agent.evaluate.provenance.policy import DEFAULT_POLICY, PARTIAL, POLICY_PROMPTS, STRICT
+from kevin_agent.eval_modes import DEFAULT_POLICY, PARTIAL, STRICT, Policy
+from kevin_agent.evaluate.provenance.policy import POLICY_PROMPTS
 from kevin_agent.prompt_example import EXAMPLE_MODEL, EXAMPLE_MODEL_NEW
 
 FALLBACK_GPU_NAME = "an NVIDIA GPU"
@@ -23,22 +24,21 @@ ATTEMPT_HEADER = re.compile(r"^### Attempt (\d+)\n\nYour code", re.MULTILINE)
 
 
 # What each provenance policy lets the answer keep in PyTorch (the choice line and the torch.nn rule).
-_CHOICE = {
+_CHOICE: dict[Policy, str] = {
     STRICT: "You may fuse operators and replace the algorithm (e.g. online softmax) when it is faster.",
     PARTIAL: ("You choose which operators to replace; you may also replace the algorithm (e.g. online "
               "softmax) when it is faster."),
 }
-_TORCH_NN_RULE = {
+_TORCH_NN_RULE: dict[Policy, str] = {
     STRICT: ("- torch.nn is not allowed for the computation; only nn.Parameter, containers (nn.Module, "
              "nn.ModuleList, ...) and weight initialisation (e.g. nn.init) may be used.\n"),
     PARTIAL: "",
 }
 
 
-def instruction(gpu_name: str, policy: str = DEFAULT_POLICY) -> str:
-    """What the model must do; the same in every turn. ``policy`` ("strict" or "partial") says
+def instruction(gpu_name: str, policy: Policy = DEFAULT_POLICY) -> str:
+    """What the model must do; the same in every turn. ``policy`` (parsed with the settings) says
     what may stay in PyTorch (``evaluate.provenance.POLICY_PROMPTS``)."""
-    policy = policy if policy in POLICY_PROMPTS else DEFAULT_POLICY
     return f"""\
 Replace the PyTorch operators in this architecture with your own raw CUDA kernels so that it runs \
 faster. The target GPU is: {gpu_name}. Optimise for it: use shared memory, kernel fusion (several \
@@ -69,12 +69,12 @@ def _example_block() -> str:
     )
 
 
-def base_prompt(task: Task, gpu_name: str, policy: str = DEFAULT_POLICY) -> str:
+def base_prompt(task: Task, gpu_name: str, policy: Policy = DEFAULT_POLICY) -> str:
     """The task and the instruction, without the example (the start of every refinement turn)."""
     return f"{ARCHITECTURE_INTRO}\n\n```python\n{_with_newline(task.source)}```\n\n{instruction(gpu_name, policy)}"
 
 
-def turn0_prompt(task: Task, gpu_name: str, policy: str = DEFAULT_POLICY) -> str:
+def turn0_prompt(task: Task, gpu_name: str, policy: Policy = DEFAULT_POLICY) -> str:
     """The first turn: task, instruction and the one-shot example."""
     return f"{base_prompt(task, gpu_name, policy)}\n\n{_example_block()}\n"
 
@@ -100,7 +100,7 @@ def refinement_prompt(
     history: Sequence[tuple[Candidate, Verdict]],
     gpu_name: str,
     first_attempt: int = 1,
-    policy: str = DEFAULT_POLICY,
+    policy: Policy = DEFAULT_POLICY,
 ) -> str:
     """Base prompt + the attempts in ``history`` (numbered from ``first_attempt``) + restart line."""
     parts = [base_prompt(task, gpu_name, policy), PREVIOUS_ATTEMPTS_INTRO]
@@ -120,7 +120,7 @@ def build_messages(
     gpu_name: str,
     budget_tokens: int,
     count_tokens: Callable[[str], int],
-    policy: str = DEFAULT_POLICY,
+    policy: Policy = DEFAULT_POLICY,
 ) -> list[Message]:
     """The conversation for the next turn of one trajectory.
 

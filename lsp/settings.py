@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from kevin_agent.config import BACKEND_NAMES, POLICIES, SANDBOX_MODES
+from kevin_agent.config import BACKEND_NAMES
+from kevin_agent.eval_modes import Policy, SandboxMode, parse_policy, parse_sandbox_mode
 
 SECTION = "kevin"
 MAX_TRAJECTORIES = 64
@@ -27,8 +28,8 @@ class LspSettings:
     script: Optional[str] = None  # scripted backend: file of recorded responses (tests, demos)
     trajectories: int = 4
     turns: int = 4
-    policy: Optional[str] = None  # "strict" | "partial"
-    sandbox: Optional[str] = None  # "auto" | "required" | "off"
+    policy: Optional[Policy] = None
+    sandbox: Optional[SandboxMode] = None
     cluster: Optional[str] = None  # "auto" | "ray://HEAD:10001"
 
     def backend_flags(self) -> dict[str, Any]:
@@ -65,16 +66,6 @@ def _backend(value: Any) -> str:
     return text
 
 
-def _one_of(choices: tuple[str, ...]):
-    def check(value: Any) -> str:
-        text = _text(value)
-        if text not in choices:
-            raise ValueError(f"expected one of {', '.join(choices)}")
-        return text
-
-    return check
-
-
 def _cluster(value: Any) -> str:
     text = _text(value)
     if text != "auto" and not text.startswith("ray://"):
@@ -96,8 +87,8 @@ _CHECKS = {
     "script": _text,
     "trajectories": _count(MAX_TRAJECTORIES),
     "turns": _count(MAX_TURNS),
-    "policy": _one_of(POLICIES),
-    "sandbox": _one_of(SANDBOX_MODES),
+    "policy": lambda value: parse_policy(_text(value)),
+    "sandbox": lambda value: parse_sandbox_mode(_text(value)),
     "cluster": _cluster,
 }
 

@@ -20,7 +20,7 @@ LAYERS: dict[str, int] = {
     "kevin_agent.errors": 0, "kevin_agent.atomic": 0, "kevin_agent.data": 0, "kevin_agent.events": 0,
     "kevin_agent.feedback": 0, "kevin_agent.prompt_example": 0, "kevin_agent.config": 0,
     "kevin_agent.run_record": 0, "kevin_agent.run_table": 0, "kevin_agent.verdict_text": 0,
-    "kevin_agent.task": 0, "kevin_agent.store": 0, "kevin_agent.paths": 0,
+    "kevin_agent.task": 0, "kevin_agent.store": 0, "kevin_agent.paths": 0, "kevin_agent.eval_modes": 0,
     # 1: what crosses process boundaries, and the model of a candidate's source
     "kevin_agent.evaluate.api": 1, "kevin_agent.evaluate.protocol": 1,
     "kevin_agent.evaluate.processes": 1, "kevin_agent.evaluate.source": 1,
@@ -52,7 +52,7 @@ CHILD_MAY_IMPORT = ("kevin_agent.evaluate.worker", "kevin_agent.evaluate.build",
                     "kevin_agent.evaluate.provenance", "kevin_agent.evaluate.sandbox",
                     "kevin_agent.evaluate.static", "kevin_agent.evaluate.protocol", "kevin_agent.evaluate.processes",
                     "kevin_agent.evaluate.api", "kevin_agent.data", "kevin_agent.feedback",
-                    "kevin_agent.errors", "kevin_agent.atomic", "kevin_agent.paths")
+                    "kevin_agent.errors", "kevin_agent.atomic", "kevin_agent.paths", "kevin_agent.eval_modes")
 THIRD_PARTY_ALLOWED = {"torch", "ninja"}
 
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from kevin_agent.data import Stage, Verdict, VerdictDetails
+from kevin_agent.eval_modes import POLICIES, Policy
 from kevin_agent.evaluate.api import EvalSettings
 from kevin_agent.evaluate.build.cache import BuildResult, _read_entry, rehome
 from kevin_agent.evaluate.provenance.trace import ProfileTrace
@@ -95,7 +96,7 @@ def load(profiled: dict[str, Any], name: str) -> dict[str, Any]:
     return data
 
 
-def make_ctx(tmp_path: Path, policy: str = "strict") -> FakeContext:
+def make_ctx(tmp_path: Path, policy: Policy = "strict") -> FakeContext:
     return FakeContext(EvalSettings(policy=policy), tmp_path / "candidate.py")
 
 
@@ -151,7 +152,7 @@ def test_a_failed_profile_of_the_candidates_call_rejects_it(profiled, tmp_path):
     """Fail closed: the worker's profiler worked at start-up, so a profile of the candidate's call
     that fails is on the candidate's side (it could break CUPTI on purpose): rejected, not flagged."""
     profiled["candidate"] = RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
-    for policy in ("strict", "partial"):
+    for policy in POLICIES:
         ctx = make_ctx(tmp_path, policy)
         verdict = run(ctx, "own_only_add", 1)
         assert verdict is not None and verdict.stage is Stage.PROVENANCE and not verdict.correct

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from kevin_agent.errors import UserInputError
+from kevin_agent.eval_modes import DEFAULT_POLICY, Policy
 from kevin_agent.runs.request import RunRequest
 from kevin_agent.runs.service import RunService
 
@@ -22,14 +23,17 @@ class SetupValues:
     trajectories: str = "4"
     turns: str = "4"
     target_speedup: str = ""
-    policy: str = "strict"
+    policy: Policy = DEFAULT_POLICY
     cluster: str = ""
 
 
 def default_values(service: RunService, repo_root: Optional[Path]) -> SetupValues:
     """Defaults from [tool.kevin] / kevin.toml and the environment (as `kevin optimize` reads them)."""
-    settings = service.backend_settings({}, repo_root)
-    evaluation = service.eval_settings({}, repo_root)
+    from kevin_agent.config import load_config
+
+    config = load_config(repo_root)
+    settings = service.backend_settings({}, repo_root, config)
+    evaluation = service.eval_settings({}, repo_root, config=config)
     defaults = RunRequest()
     return SetupValues(
         backend=settings.backend, endpoint=settings.resolved_base_url, model=settings.model,

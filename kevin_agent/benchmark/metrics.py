@@ -45,6 +45,7 @@ class TaskResult:
     trajectory_best: list[float] = field(default_factory=list)  # per trajectory, vs eager, 0 when none
     replayed: bool = False  # its verdicts were recorded elsewhere and replayed
     gpu_name: Optional[str] = None  # the GPU model its verdicts were measured on
+    policy: Optional[str] = None  # the provenance policy its run was judged under (None: no run)
 
 
 def _failed_at(verdict: Verdict, stage: Stage) -> bool:
@@ -53,7 +54,8 @@ def _failed_at(verdict: Verdict, stage: Stage) -> bool:
 
 def task_result(name: str, level: int, record: RunRecord) -> TaskResult:
     """The figures of one stored run."""
-    result = TaskResult(name, level, record.run_id, record.status, gpu_name=record.gpu_name)
+    result = TaskResult(name, level, record.run_id, record.status, gpu_name=record.gpu_name,
+                        policy=(record.settings.get("eval") or {}).get("policy"))
     per_trajectory: dict[int, float] = {}
     for candidate, verdict in record.candidates:
         per_trajectory.setdefault(candidate.trajectory, 0.0)

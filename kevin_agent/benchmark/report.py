@@ -72,9 +72,10 @@ def result_dict(bench_id: str, settings: dict[str, Any], results: Sequence[TaskR
     from dataclasses import asdict
 
     gpus = sorted({r.gpu_name for r in results if r.gpu_name})
+    policies = sorted({r.policy for r in results if r.policy})  # as the stored runs resolved it
     return {
         "bench_id": bench_id, "settings": settings,
-        "policy": (settings.get("eval_flags") or {}).get("policy") or "strict",
+        "policy": ", ".join(policies) or (settings.get("eval_flags") or {}).get("policy") or "unknown",
         "gpu": ", ".join(gpus) or None, "replayed": provenance_note(results),
         "summaries": [row.to_dict() for row in rows], "tasks": [asdict(r) for r in results],
     }

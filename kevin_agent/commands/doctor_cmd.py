@@ -16,6 +16,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
+from kevin_agent.eval_modes import SANDBOX_MODES
+
 EXIT_CODES = ("exit codes: 0 `kevin optimize` can run here and every sandbox check passed; 1 a sandbox "
               "check failed; 3 `kevin optimize` cannot run here (the last lines say what is missing)")
 
@@ -24,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EXIT_CODES + (". The model server is the configured one: --base-url, else KEVIN_BASE_URL, "
                                   "else base_url in kevin.toml, else http://localhost:8000/v1; "
                                   "KEVIN_API_KEY (else OPENAI_API_KEY) is its key.")
-    parser.add_argument("--sandbox", choices=("auto", "required"), default="auto",
+    parser.add_argument("--sandbox", choices=[mode for mode in SANDBOX_MODES if mode != "off"], default="auto",
                         help="required: a host that cannot confine fails the check (default auto)")
     parser.add_argument("--base-url", default=None, metavar="URL",
                         help="the model server to check (default: as `kevin optimize` would use)")

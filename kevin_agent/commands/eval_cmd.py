@@ -16,7 +16,9 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
+from kevin_agent.commands.optimize_cmd import add_evaluation_arguments
 from kevin_agent.errors import EnvironmentProblem, UserInputError
 from kevin_agent.verdict_text import render_verdict
 
@@ -39,11 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fresh-baselines", action="store_true",
                         help="time eager and torch.compile again instead of reusing the baselines stored "
                              "for this task, GPU model and torch/CUDA version")
-    parser.add_argument("--policy", choices=("strict", "partial"), default=None,
-                        help="strict (only your own CUDA kernels; the default) or partial (library "
-                             "and PyTorch kernels allowed beside your own)")
-    parser.add_argument("--sandbox", choices=("auto", "required", "off"), default=None,
-                        help="confine the candidate with Landlock and seccomp (default auto)")
+    add_evaluation_arguments(parser, cluster=False)
 
 
 def _positive(text: str) -> int:
@@ -90,8 +88,15 @@ def default_arch(requested: str | None, compiles_without_gpu: bool, environ: dic
     return COMPILE_ONLY_ARCH
 
 
-def _settings(args: argparse.Namespace, compile_only: bool, arch: str | None):  # -> EvalSettings
+def _eval_modes(args: argparse.Namespace) -> dict[str, Any]:
+    """--policy and --sandbox over KEVIN_* and [tool.kevin], parsed (one line, exit 2 for a bad one)."""
     from kevin_agent.config import load_config, resolve_eval_settings
+
+    return resolve_eval_settings({"policy": args.policy, "sandbox": args.sandbox}, os.environ, load_config(None))
+
+
+def _settings(args: argparse.Namespace, compile_only: bool, arch: str | None,
+              modes: dict[str, Any]):  # -> EvalSettings
     from kevin_agent.evaluate.api import EvalSettings
 
     defaults = EvalSettings()
@@ -103,7 +108,7 @@ def _settings(args: argparse.Namespace, compile_only: bool, arch: str | None):  
         arch=arch,
         cache_dir=Path(args.cache).expanduser() if args.cache else None,
         fresh_baselines=args.fresh_baselines,
-        **resolve_eval_settings({"policy": args.policy, "sandbox": args.sandbox}, os.environ, load_config(None)),
+        **modes,  # policy and sandbox, parsed by resolve_eval_settings
     )
 
 
@@ -121,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
     from kevin_agent.evaluate.verdicts import static_verdict
     from kevin_agent.task import load_task
 
+    modes = _eval_modes(args)  # first: a bad setting is an error even when the static checks reject
     task = load_task(args.task)
     code = read_candidate(args.candidate)
     without_gpu = not args.compile_only and not _gpu_visible()
@@ -131,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
     compiles_without_gpu = without_gpu or (args.compile_only and not _gpu_visible())
     arch = default_arch(_arch(args.arch), compiles_without_gpu, dict(os.environ))
-    evaluator = CudaEvaluator(_settings(args, args.compile_only or without_gpu, arch))
+    evaluator = CudaEvaluator(_settings(args, args.compile_only or without_gpu, arch, modes))
     try:
         try:
             evaluator.check_environment()

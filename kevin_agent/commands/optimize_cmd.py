@@ -12,19 +12,23 @@ import sys
 import threading
 from typing import Any
 
+from kevin_agent.eval_modes import POLICIES, SANDBOX_MODES, choices_metavar
 
-def add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
-    """--policy, --sandbox, --cluster (shared with `kevin eval`)."""
-    parser.add_argument("--policy", choices=("strict", "partial"), default=None,
+
+def add_evaluation_arguments(parser: argparse.ArgumentParser, cluster: bool = True) -> None:
+    """--policy, --sandbox and (``cluster``) --cluster, shared with `kevin eval`. Their values are
+    checked once, where settings are resolved (``config.resolve_eval_settings``): one line, exit 2."""
+    parser.add_argument("--policy", default=None, metavar=choices_metavar(POLICIES),
                         help="what may run on the GPU: strict (only your own CUDA kernels, Kevin's "
                              "setting; the default) or partial (library and PyTorch kernels allowed "
                              "beside your own, KernelBench's rule)")
-    parser.add_argument("--sandbox", choices=("auto", "required", "off"), default=None,
+    parser.add_argument("--sandbox", default=None, metavar=choices_metavar(SANDBOX_MODES),
                         help="confine model-written code with the kernel's Landlock and seccomp: "
                              "auto (when available; the default), required, off")
-    parser.add_argument("--cluster", default=None, metavar="ADDRESS",
-                        help="evaluate on a Ray cluster: 'auto' or ray://HEAD:10001 "
-                             "(needs `pip install 'kevin-agent[ray]'`)")
+    if cluster:
+        parser.add_argument("--cluster", default=None, metavar="ADDRESS",
+                            help="evaluate on a Ray cluster: 'auto' or ray://HEAD:10001 "
+                                 "(needs `pip install 'kevin-agent[ray]'`)")
 
 
 def eval_flags(args: argparse.Namespace) -> dict[str, object]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kevin_agent.eval_modes import POLICIES, choices_metavar
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("task", metavar="TASK", help="FILE.py::ClassName, or FILE.py with one module")
@@ -13,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="GPU named in the prompt (default: this machine's GPU, else [tool.kevin] target_gpu)",
     )
     parser.add_argument(
-        "--policy", choices=("strict", "partial"), default=None,
+        "--policy", default=None, metavar=choices_metavar(POLICIES),
         help="provenance policy the prompt states (default: KEVIN_POLICY, else [tool.kevin] policy, else strict)",
     )
     parser.add_argument(
@@ -26,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from kevin_agent.config import load_config, resolve_backend_settings, resolve_eval_settings
+    from kevin_agent.eval_modes import DEFAULT_POLICY
     from kevin_agent.prompts import target_gpu_name, turn0_prompt
     from kevin_agent.task import load_task
 
@@ -33,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(None)
     settings = resolve_backend_settings({}, os.environ, config)
     eval_settings = resolve_eval_settings({"policy": getattr(args, "policy", None)}, os.environ, config)
-    policy = eval_settings.get("policy", "strict")
+    policy = eval_settings.get("policy", DEFAULT_POLICY)
     gpu = target_gpu_name(args.gpu, settings.target_gpu)
     prompt = turn0_prompt(task, gpu, policy)
     sys.stdout.write(prompt)

@@ -13,6 +13,14 @@ from pathlib import Path
 from typing import Any, Optional, TypeVar
 
 from kevin_agent.data import Task, Verdict
+from kevin_agent.eval_modes import (
+    DEFAULT_POLICY,
+    DEFAULT_SANDBOX,
+    Policy,
+    SandboxMode,
+    parse_policy,
+    parse_sandbox_mode,
+)
 
 VerdictCallback = Callable[[int, Verdict], None]  # (index into the batch, verdict)
 QueueCallback = Callable[[int, int], None]  # (waiting to compile, waiting for the GPU)
@@ -55,10 +63,18 @@ class EvalSettings:
     arch: Optional[str] = None  # TORCH_CUDA_ARCH_LIST value; detected from the device when None
     cache_dir: Optional[Path] = None  # build cache; default ~/.cache/kevin-agent/build
     seed: int = 42
-    policy: str = "strict"  # "strict" (pure CUDA, Kevin's setting) | "partial" (KernelBench's rule)
-    sandbox: str = "auto"  # "auto" (confine when the kernel can) | "required" | "off"
+    policy: Policy = DEFAULT_POLICY  # "strict" (pure CUDA, Kevin's setting) | "partial" (KernelBench's rule)
+    sandbox: SandboxMode = DEFAULT_SANDBOX  # "auto" (confine when the kernel can) | "required" | "off"
     cluster: Optional[str] = None  # None (this machine) | "auto" | "ray://HEAD:10001"
     fresh_baselines: bool = False  # measure eager / torch.compile again instead of reusing stored ones
+
+    def __post_init__(self) -> None:
+        """No EvalSettings holds an unknown policy or sandbox mode: ValueError naming it."""
+        for name, parse in (("policy", parse_policy), ("sandbox", parse_sandbox_mode)):
+            try:
+                parse(getattr(self, name))
+            except ValueError as err:
+                raise ValueError(f"{name} {getattr(self, name)!r}: {err}") from None
 
 
 _E = TypeVar("_E", bound="Evaluator")

@@ -128,7 +128,7 @@ class WorkerJob:
             raise BadJob(f"job {path} lacks {', '.join(missing)}")
         try:
             settings = settings_from_dict(raw.get("settings") or {})
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:  # ValueError: an unknown policy or sandbox mode
             raise BadJob(f"job {path} has bad settings: {exc}") from exc
         cache = raw.get("cache_dir") or settings.cache_dir
         scratch = raw.get("scratch_dir")

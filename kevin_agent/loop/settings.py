@@ -90,6 +90,10 @@ class RunSettings:
         eval_raw = {k: v for k, v in (raw.get("eval") or {}).items() if k in eval_names}
         if eval_raw.get("cache_dir") is not None:
             eval_raw["cache_dir"] = Path(eval_raw["cache_dir"])
+        try:
+            eval_settings = EvalSettings(**eval_raw)
+        except ValueError as err:  # an unknown policy or sandbox mode (a hand-edited store)
+            raise UserInputError(f"the run's stored evaluation settings: {err}") from None
         return cls(
             trajectories=int(raw.get("trajectories", 4)),
             turns=int(raw.get("turns", 4)),
@@ -99,7 +103,7 @@ class RunSettings:
             backend=backend_cls(
                 **{k: v for k, v in (raw.get("backend") or {}).items() if k in backend_names}
             ),
-            eval=EvalSettings(**eval_raw),
+            eval=eval_settings,
             gpu_name=raw.get("gpu_name"),
             evaluator=raw.get("evaluator"),
         )

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kevin_agent.backends.base import Backend
-from kevin_agent.config import BackendSettings, load_config, resolve_backend_settings
+from kevin_agent.config import BackendSettings, KevinConfig, load_config, resolve_backend_settings
 from kevin_agent.data import Task
 from kevin_agent.errors import KevinError, UserInputError
 from kevin_agent.evaluate.api import EvalSettings, Evaluator
@@ -150,9 +150,11 @@ class RunService:
                 self._stores[key] = self._open_store(key)
             return self._stores[key]
 
-    def backend_settings(self, flags: Mapping[str, Any], folder: Optional[Path]) -> BackendSettings:
-        """Flags (None ignored) > environment > config file > defaults."""
-        return resolve_backend_settings(flags, self.environ, load_config(folder))
+    def backend_settings(self, flags: Mapping[str, Any], folder: Optional[Path],
+                         config: Optional[KevinConfig] = None) -> BackendSettings:
+        """Flags (None ignored) > environment > config file > defaults. ``config``: the file's
+        table when the caller read it already (None: read it from ``folder`` now)."""
+        return resolve_backend_settings(flags, self.environ, load_config(folder) if config is None else config)
 
     def backend(self, settings: BackendSettings) -> Backend:
         with self._lock:
@@ -174,20 +176,24 @@ class RunService:
             return self._evaluators[key]
 
     def eval_settings(self, flags: Mapping[str, Any], folder: Optional[Path],
-                      base: EvalSettings = EvalSettings()) -> EvalSettings:
-        """Policy, sandbox and cluster: flags > environment > config file > ``base``."""
+                      base: EvalSettings = EvalSettings(), config: Optional[KevinConfig] = None) -> EvalSettings:
+        """Policy, sandbox and cluster: flags > environment > config file > ``base``; each value
+        parsed here, once (``config.resolve_eval_settings``). ``config`` as for backend_settings."""
         from kevin_agent.config import resolve_eval_settings
 
-        return dataclasses.replace(base, **resolve_eval_settings(flags, self.environ, load_config(folder)))
+        table = load_config(folder) if config is None else config
+        return dataclasses.replace(base, **resolve_eval_settings(flags, self.environ, table))
 
     def new_settings(self, request: RunRequest) -> RunSettings:
-        """The settings of a new run; UserInputError naming the one that cannot work."""
+        """The settings of a new run (the config file read once); UserInputError naming the one
+        that cannot work."""
+        config = load_config(request.config_dir)
         settings = RunSettings(
-            eval=self.eval_settings(request.eval_flags, request.config_dir),
+            eval=self.eval_settings(request.eval_flags, request.config_dir, config=config),
             trajectories=request.trajectories, turns=request.turns,
             target_speedup=request.target_speedup, beam_keep=request.beam_keep,
             beam_every=request.beam_every,
-            backend=self.backend_settings(request.backend_flags, request.config_dir),
+            backend=self.backend_settings(request.backend_flags, request.config_dir, config),
             gpu_name=request.gpu_name,
             evaluator=_absolute_spec(request.evaluator or self.environ.get(EVALUATOR_ENV) or None),
         )

@@ -11,8 +11,9 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
 
-from kevin_agent.config import BACKEND_NAMES, POLICIES
+from kevin_agent.config import BACKEND_NAMES
 from kevin_agent.errors import KevinError
+from kevin_agent.eval_modes import PARTIAL, POLICIES, STRICT, Policy, parse_policy
 from kevin_agent.tui.discovery import ModuleEntry
 from kevin_agent.tui.run_setup import SetupValues, run_request
 
@@ -25,6 +26,7 @@ TEXT_FIELDS = (  # (field of SetupValues, label, placeholder)
     ("target_speedup", "Target speedup", "none: play every turn"),
     ("cluster", "Ray cluster", "none: this machine (or auto, ray://head:10001)"),
 )
+POLICY_LABELS: dict[Policy, str] = {STRICT: "strict: own kernels only", PARTIAL: "partial: libraries allowed"}
 
 
 class SetupScreen(Screen):
@@ -53,9 +55,7 @@ class SetupScreen(Screen):
                              allow_blank=False, compact=True, id="backend")
             with Horizontal(classes="field"):
                 yield Label("Policy")
-                yield Select([("strict: own kernels only", "strict"),
-                              ("partial: libraries allowed", "partial")],
-                             value=values.policy if values.policy in POLICIES else "strict",
+                yield Select([(POLICY_LABELS[policy], policy) for policy in POLICIES], value=values.policy,
                              allow_blank=False, compact=True, id="policy")
             for name, label, placeholder in TEXT_FIELDS:
                 with Horizontal(classes="field"):
@@ -75,7 +75,7 @@ class SetupScreen(Screen):
         found = {name: self.query_one(f"#{name}", Input).value for name, _, _ in TEXT_FIELDS}
         backend = self.query_one("#backend", Select).value
         policy = self.query_one("#policy", Select).value
-        return SetupValues(backend=str(backend), policy=str(policy), **found)
+        return SetupValues(backend=str(backend), policy=parse_policy(policy), **found)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()

@@ -28,14 +28,13 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kevin_agent.eval_modes import DEFAULT_POLICY, PARTIAL, STRICT, Policy
+from kevin_agent.eval_modes import POLICIES as POLICIES  # re-exported (evaluate.provenance)
 from kevin_agent.evaluate.provenance import names as N
 from kevin_agent.evaluate.provenance.attribution import KernelRow, OwnKernels, kernel_rows
 from kevin_agent.evaluate.provenance.symbols import ExtensionKernels
 from kevin_agent.evaluate.provenance.trace import KernelActivity, ProfileTrace
 
-STRICT, PARTIAL = "strict", "partial"
-POLICIES = (STRICT, PARTIAL)
-DEFAULT_POLICY = STRICT
 STRICT_FILL_SHARE = 0.50  # fills (constants, ranges, random numbers, memset) of the call's GPU time
 STRICT_COPY_SHARE = 0.10  # layout and dtype copies, memcpy
 # Below these totals the shares are not applied: at a few microseconds every kernel costs about its
@@ -49,7 +48,7 @@ VERDICT_KERNEL_ROWS = 40  # rows kept in a verdict (largest first; ATen template
 VERDICT_NAME_CHARS = 400
 NAMES_IN_MESSAGE = 4
 
-POLICY_RULES = {
+POLICY_RULES: dict[Policy, str] = {
     STRICT: ("policy strict: all of the module's computation must run in your own CUDA kernels; no library "
              "kernels (cuBLAS, cuDNN, CUTLASS, CUB device-wide...), no PyTorch compute kernels, no Triton or "
              f"torch.compile code; allocation fills may take up to {STRICT_FILL_SHARE:.0%} and layout copies up to "
@@ -60,7 +59,7 @@ POLICY_RULES = {
               "module does"),
 }
 
-POLICY_PROMPTS = {
+POLICY_PROMPTS: dict[Policy, str] = {
     STRICT: ("Every computation in the forward pass must run in your own CUDA kernels: do not call PyTorch "
              "operators, cuBLAS, cuDNN or other libraries, Triton or torch.compile for the work. Allocating outputs "
              "(torch::empty, torch::zeros) and small layout copies are fine. The evaluator profiles the GPU and "
@@ -93,7 +92,7 @@ class ProvenanceResult:
     """The provenance verdict for one candidate under one policy."""
 
     ok: bool
-    policy: str
+    policy: Policy
     own_share: float
     own_ms: float
     total_ms: float
@@ -130,15 +129,13 @@ class ProvenanceResult:
 
 def judge(kernels: Iterable[KernelActivity] | ProfileTrace,
           own_names: OwnKernels | Iterable[str] | Iterable[ExtensionKernels],
-          reference_kernel_count: int | None, policy: str = DEFAULT_POLICY) -> ProvenanceResult:
-    """Decide one candidate's profiled forward call under ``policy`` ("strict" or "partial").
+          reference_kernel_count: int | None, policy: Policy = DEFAULT_POLICY) -> ProvenanceResult:
+    """Decide one candidate's profiled forward call under ``policy`` (parsed with the settings).
 
     ``kernels``: the candidate's activities; ``own_names``: the kernels built into its extension(s);
     ``reference_kernel_count``: GPU launches of the reference forward on the same inputs (None when
     unknown: partial's "replaced something" rule is then not applied).
     """
-    if policy not in POLICIES:
-        raise ValueError(f"unknown provenance policy {policy!r} (expected one of {', '.join(POLICIES)})")
     activities = kernels.activities if isinstance(kernels, ProfileTrace) else list(kernels)
     own = _own(own_names)
     rows = kernel_rows(activities, own)
@@ -280,14 +277,14 @@ def with_reason(result: ProvenanceResult, reason: str) -> ProvenanceResult:
     return out
 
 
-def unchecked_message(policy: str, reasons: list[str]) -> str:
+def unchecked_message(policy: Policy, reasons: list[str]) -> str:
     """Feedback when what ran on the GPU could not be judged for a reason on the answer's side."""
     return ("Your answer was correct, but the kernel provenance check rejected it "
             f"({POLICY_RULES[policy]}): what ran on the GPU could not be checked: " + "; ".join(reasons) + ". "
             "An answer whose GPU work cannot be attributed to its own kernels does not count.")
 
 
-def generated_code_message(policy: str, detail: str) -> str:
+def generated_code_message(policy: Policy, detail: str) -> str:
     """Feedback when torch.compile or Triton in the answer was stopped before it ran (by the sandbox
     or a failed compile): the rule it breaks, then what happened."""
     return ("The kernel provenance check rejected your answer: it uses torch.compile or Triton (generated code), "

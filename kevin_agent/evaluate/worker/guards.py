@@ -121,6 +121,7 @@ OWN_MODULES: tuple[str, ...] = (
     "kevin_agent.evaluate.provenance.names",
     "kevin_agent.evaluate.provenance.symbols",
     "kevin_agent.evaluate.api",
+    "kevin_agent.eval_modes",
     "kevin_agent.feedback",
     "kevin_agent.data",
 )

@@ -25,10 +25,9 @@ from typing import Any, Optional
 
 from kevin_agent import feedback
 from kevin_agent.data import Stage, Verdict
+from kevin_agent.eval_modes import STRICT, Policy
 from kevin_agent.evaluate.provenance.attribution import OwnKernels
 from kevin_agent.evaluate.provenance.policy import (
-    DEFAULT_POLICY,
-    POLICIES,
     ProvenanceResult,
     generated_code_message,
     judge,
@@ -192,15 +191,10 @@ class ProvenanceInputs:
     rotation: Any = None  # the timing's Rotation: profile a call that looks like a timed one
 
 
-def resolved_policy(settings: Any) -> str:
-    """The run's provenance policy (an unknown name was refused when settings were resolved)."""
-    return settings.policy if settings.policy in POLICIES else DEFAULT_POLICY
-
-
 def generated_code_rejection(ctx: Any, text: str) -> Verdict:
     """torch.compile or Triton in the answer, stopped before its code ran (the sandbox forbids the
     compiler's processes and cache writes): rejected by the policy's rule on generated code."""
-    d, policy = ctx.details, resolved_policy(ctx.settings)
+    d, policy = ctx.details, ctx.settings.policy  # a Policy: EvalSettings parsed it
     reason = "generated code (torch.compile or Triton) in the answer"
     d.provenance_policy, d.provenance_ok, d.provenance_reasons = policy, False, [reason]
     d.provenance_summary = f"provenance {policy}: rejected; {reason}, stopped before it ran"
@@ -213,7 +207,7 @@ def check_provenance(ctx: Any, given: ProvenanceInputs) -> Optional[Verdict]:
     profile of its call that fails, rejects it (the message says why), under either policy.
     On acceptance ``ctx.provenance`` holds the result for the feedback of the timed verdict."""
     d = ctx.details
-    policy = resolved_policy(ctx.settings)
+    policy: Policy = ctx.settings.policy  # parsed when the settings were resolved, never again here
     d.provenance_policy = policy
     if unavailable_reason():  # the worker's profiler failed before any candidate code ran
         _unavailable(ctx, unavailable_reason() or "")
@@ -236,7 +230,7 @@ def check_provenance(ctx: Any, given: ProvenanceInputs) -> Optional[Verdict]:
         return ctx.fail(Stage.PROVENANCE, patched)
     launches = given.reference_kernels
     result = judge(activities, own, launches, policy)
-    if launches is None and (policy != "strict" or not result.ok):  # partial's rule needs the reference
+    if launches is None and (policy != STRICT or not result.ok):  # partial's rule needs the reference
         launches = reference_launches(ctx, given.reference, inputs)
         result = judge(activities, own, launches, policy) if launches is not None else result
     if unlisted:
@@ -248,7 +242,7 @@ def check_provenance(ctx: Any, given: ProvenanceInputs) -> Optional[Verdict]:
     return ctx.fail(Stage.PROVENANCE, rejection_feedback(result, given.hints()), "; ".join(result.reasons))
 
 
-def _unchecked(ctx: Any, policy: str, reasons: list[str]) -> Verdict:
+def _unchecked(ctx: Any, policy: Policy, reasons: list[str]) -> Verdict:
     """Provenance could not be judged for a reason on the candidate's side: a rejection."""
     d = ctx.details
     d.provenance_ok, d.provenance_reasons = False, list(reasons)

@@ -163,7 +163,7 @@ def confine_candidate(job: WorkerJob, cache_dir: Path) -> str:
     start = current_report()
     entries = list(job.build_entries) or [str(entry_dir(cache_dir, ""))]  # no list: every entry
     policy = worker_policy(job.result_path.parent, entries, protect=job.protect, devices=granted_devices())
-    report = confine(policy, mode)  # type: ignore[arg-type]  # checked by confine
+    report = confine(policy, mode)  # a SandboxMode, parsed with the settings
     applied = report.applied
     if start is not None:  # both layers on the record, even when they read the same
         applied += f" (start-up: {start.applied})"
