@@ -226,8 +226,9 @@ def render(folder: Path = RESULTS) -> str:
         elif kind == "legacy":
             for section in data.get("transcribed", []):
                 entries.append((2, name, transcribed_lines(name, section)))
-        else:
-            entries.append((1, name, file_lines(name, data, meta.get(name, {}))))
+        else:  # what a bench recorded about its run, else what the legacy file says of it
+            own = data.get("meta", {}) if isinstance(data, dict) else {}
+            entries.append((1, name, file_lines(name, data, {**meta.get(name, {}), **own})))
     out = [HEADER]
     for date in sorted(by_date, reverse=True):
         out.append(f"## {date}\n")
