@@ -175,6 +175,13 @@ def test_a_link_to_a_home_file_in_place_of_the_module_is_not_followed(tmp_path: 
     assert "not a regular file" in kernel_listing(str(tmp_path / "lib" / "fifo.so"), sandbox)["notes"][0]
 
 
+def test_a_module_over_256_megabytes_is_not_read(tmp_path: Path, parent_never_parses: None) -> None:
+    path = _module(tmp_path, with_stub())
+    os.truncate(path, 300 * 1024 * 1024)  # sparse: a size, no disk
+    listing = kernel_listing(path, "off")
+    assert listing["kernels"] == () and "not a regular file under 268,435,456 bytes" in listing["notes"][0]
+
+
 def test_a_listing_that_does_not_finish_fails(tmp_path: Path) -> None:
     listing = kernel_listing(_module(tmp_path, with_stub()), "off", timeout_s=0.01)
     assert listing["kernels"] == () and "did not finish within 0.01 s" in listing["notes"][0]

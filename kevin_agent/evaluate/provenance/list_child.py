@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from typing import Optional
+from typing import BinaryIO, Optional
 
 from kevin_agent.evaluate.provenance.symbols import MAX_LISTED_BYTES, list_image
 
@@ -22,9 +22,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if len(args) != 1:
         print("usage: python -m kevin_agent.evaluate.provenance.list_child NAME < EXTENSION.so", file=sys.stderr)
         return 2
-    data = sys.stdin.buffer.read(MAX_LISTED_BYTES + 1)
-    print(json.dumps(list_image(args[0], data).to_dict()), flush=True)
+    print(json.dumps(list_image(args[0], read_capped(sys.stdin.buffer, MAX_LISTED_BYTES + 1)).to_dict()), flush=True)
     return 0
+
+
+def read_capped(stream: BinaryIO, limit: int, chunk: int = 1024 * 1024) -> bytes:
+    """At most ``limit`` bytes of ``stream``, read a chunk at a time (``read(limit)`` would
+    reserve all of ``limit`` at once)."""
+    parts: list[bytes] = []
+    left = limit
+    while left > 0 and (part := stream.read(min(chunk, left))):
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
 
 
 if __name__ == "__main__":
