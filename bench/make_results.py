@@ -93,12 +93,14 @@ def eval_bench_lines(result: dict[str, Any]) -> list[str]:
 
 
 def compile_bench_lines(result: dict[str, Any]) -> list[str]:
+    stock = any("stock_load_inline_s" in row for row in result["rows"])  # timed unless --skip-stock
     rows = [["candidate", "path", "cold split build", "cold whole build (load_inline layout)", "cache hit",
-             "cache hit incl. import"]]
+             "cache hit incl. import", *(["stock load_inline"] if stock else [])]]
     for row in result["rows"]:
         rows.append([row["name"], str(row.get("split_path")), num(row.get("split_cold_s"), 2, "s"),
                      num(row.get("whole_cold_s"), 2, "s"), num(row.get("hit_s"), 4, "s"),
-                     num(row.get("hit_with_import_s"), 2, "s")])
+                     num(row.get("hit_with_import_s"), 2, "s"),
+                     *([num(row.get("stock_load_inline_s"), 1, "s")] if stock else [])])
     median, header = num(result.get("median_split_cold_s"), 1, "s"), num(result.get("pch_one_time_s"), 1, "s")
     return table(rows) + ["", f"- Median cold split build: **{median}**; precompiled header, once per torch "
                               f"install: {header} ({result.get('cpus')} CPUs)."]
