@@ -96,7 +96,31 @@ def bench(names: list[str], skip_stock: bool, skip_whole: bool) -> dict:
     return {
         "cpus": os.cpu_count(), "pch_one_time_s": pch_seconds, "rows": rows,
         "median_split_cold_s": statistics.median(split_times) if split_times else None,
+        "meta": run_meta(),
     }
+
+
+def run_meta() -> dict:
+    """Where and at which commit this ran (bench/make_results.py shows it with the figures)."""
+    import platform
+    import time
+
+    import torch
+
+    from kevin_agent.evaluate.build.flags import toolchain
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT, check=False)
+        return done.stdout.strip()
+
+    dirty = " (with uncommitted changes)" if git("status", "--porcelain") else ""
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    load = f", load average {os.getloadavg()[0]:.1f} at the end" if hasattr(os, "getloadavg") else ""
+    nvcc = toolchain(os.environ.get("TORCH_CUDA_ARCH_LIST")).nvcc_version
+    return {"commit": git("rev-parse", "--short", "HEAD") + dirty, "date": time.strftime("%Y-%m-%d"),
+            "command": "python bench/compile_bench.py " + " ".join(sys.argv[1:]),
+            "host": f"{gpu}, {os.cpu_count()} CPU cores{load}, torch {torch.__version__}, nvcc {nvcc}, "
+                    f"Python {platform.python_version()}"}
 
 
 def print_table(result: dict) -> None:

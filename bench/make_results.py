@@ -93,12 +93,14 @@ def eval_bench_lines(result: dict[str, Any]) -> list[str]:
 
 
 def compile_bench_lines(result: dict[str, Any]) -> list[str]:
+    stock = any("stock_load_inline_s" in row for row in result["rows"])  # timed unless --skip-stock
     rows = [["candidate", "path", "cold split build", "cold whole build (load_inline layout)", "cache hit",
-             "cache hit incl. import"]]
+             "cache hit incl. import", *(["stock load_inline"] if stock else [])]]
     for row in result["rows"]:
         rows.append([row["name"], str(row.get("split_path")), num(row.get("split_cold_s"), 2, "s"),
                      num(row.get("whole_cold_s"), 2, "s"), num(row.get("hit_s"), 4, "s"),
-                     num(row.get("hit_with_import_s"), 2, "s")])
+                     num(row.get("hit_with_import_s"), 2, "s"),
+                     *([num(row.get("stock_load_inline_s"), 1, "s")] if stock else [])])
     median, header = num(result.get("median_split_cold_s"), 1, "s"), num(result.get("pch_one_time_s"), 1, "s")
     return table(rows) + ["", f"- Median cold split build: **{median}**; precompiled header, once per torch "
                               f"install: {header} ({result.get('cpus')} CPUs)."]
@@ -228,8 +230,9 @@ def render(folder: Path = RESULTS) -> str:
         elif kind == "legacy":
             for section in data.get("transcribed", []):
                 entries.append((2, name, transcribed_lines(name, section)))
-        else:
-            entries.append((1, name, file_lines(name, data, meta.get(name, {}))))
+        else:  # what a bench recorded about its run, else what the legacy file says of it
+            own = data.get("meta", {}) if isinstance(data, dict) else {}
+            entries.append((1, name, file_lines(name, data, {**meta.get(name, {}), **own})))
     out = [HEADER]
     for date in sorted(by_date, reverse=True):
         out.append(f"## {date}\n")

@@ -37,7 +37,8 @@ def test_results_page_is_what_the_committed_files_give() -> None:
     page = (ROOT / "bench" / "RESULTS.md").read_text()
     assert "**16.2** (16 in 59.2 s wall)" in page  # the pipeline file's figure, with the file named
     assert "`2026-12-02-h200-eval_bench-pipeline.json`" in page
-    assert page.count("*Transcribed, not measured output:*") == 5
+    assert page.count("*Transcribed, not measured output:*") == 7
+    assert "| add | split | 11.52 s | - | 0.0009 s | 0.13 s | 131.2 s |" in page  # the 2-core file, stock timed
 
 
 def _summary(tmp_path: Path) -> Path:

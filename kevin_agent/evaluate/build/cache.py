@@ -10,7 +10,8 @@ A candidate's flags and paths are checked against ``source.flags`` first (refuse
 runs). Each compile is confined to its own sub-folder (``split/``, ``whole/``); the parent alone
 writes the entry's folder: the log (from the compiler's pipe), the module (copied out of the
 sub-folder without following links) and ``result.json``; the sub-folders are removed before the
-entry is renamed into place, so an entry holds nothing a compile wrote but its module.
+entry is renamed into place, so an entry holds nothing a compile wrote but its module. The
+kernels in the module are listed in a confined child too (``build.listing``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any, Optional
 from kevin_agent.evaluate.build.chunks import SplitRefused
 from kevin_agent.evaluate.build.flags import Toolchain, pch_flags, toolchain
 from kevin_agent.evaluate.build.layout import Layout, split_layout, whole_layout
+from kevin_agent.evaluate.build.listing import kernel_listing
 from kevin_agent.evaluate.build.log import errors_only_in, sandbox_refused, trim_errors
 from kevin_agent.evaluate.build.ninja_file import Confine, append_log, ensure_pch, file_lock, run_ninja, write_ninja
 from kevin_agent.evaluate.build.split import SOURCE_NAME
@@ -160,7 +162,7 @@ class BuildCache:
         sources' (a timeout, the sandbox): that result is returned uncached, its folder removed."""
         result = self._build_into(spec, key, tmp)
         if result.ok and result.module_path:
-            result.kernels = kernel_listing(result.module_path)
+            result.kernels = kernel_listing(result.module_path, self.sandbox)  # in a confined child
         result.seconds = time.monotonic() - start
         if result.timed_out or not result.ok and self._sandbox_failed(result):
             result.key, result.log_path = key, None  # its folder is removed: errors carry the log
@@ -286,13 +288,6 @@ def _nvcc_only(log_path: Path) -> bool:
     text = log_path.read_text(errors="replace")
     failed = [line for line in text.splitlines() if line.startswith("FAILED: ")]
     return bool(failed) and all(line.strip().endswith("kernels.o") for line in failed)
-
-
-def kernel_listing(module_path: str) -> dict[str, Any]:
-    """The kernels built into ``module_path`` (what provenance calls the candidate's own)."""
-    from kevin_agent.evaluate.provenance.symbols import list_kernels
-
-    return list_kernels(module_path).to_dict()
 
 
 def read_result(final: Path) -> BuildResult | None:

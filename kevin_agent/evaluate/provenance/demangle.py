@@ -3,8 +3,10 @@
 Kineto names a kernel with ``abi::__cxa_demangle`` of the name CUPTI reports (and keeps the raw
 name when that fails), so demangling our mangled symbols with the same libstdc++ function gives
 the profiler's spelling exactly: ``_Z10add_kernelPKfS0_Pfi`` -> ``add_kernel(float const*, float
-const*, float*, int)``. Order: libstdc++'s ``__cxa_demangle`` through ctypes (present wherever torch
-is), then ``c++filt`` if it is on PATH, else nothing (callers fall back to mangled-name matching).
+const*, float*, int)``. Only libstdc++'s ``__cxa_demangle`` through ctypes (present wherever torch
+is); without it nothing is demangled and callers fall back to mangled-name matching. No program
+is run: the names come from a candidate's build, and a ``c++filt`` child would be one more
+unconfined process reading them.
 """
 
 from __future__ import annotations
@@ -12,12 +14,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import shutil
-import subprocess
 import threading
 from collections.abc import Callable, Iterable
-
-from kevin_agent.evaluate.processes import scrubbed_environment
 
 _lock = threading.Lock()
 
@@ -60,10 +58,8 @@ def _cxa() -> Callable[[str], str | None] | None:
 
 
 def backend() -> str:
-    """Which demangler is in use: "cxa", "c++filt" or "none"."""
-    if _cxa() is not None:
-        return "cxa"
-    return "c++filt" if shutil.which("c++filt") else "none"
+    """Which demangler is in use: "cxa" or "none"."""
+    return "cxa" if _cxa() is not None else "none"
 
 
 def is_mangled(name: str) -> bool:
@@ -75,15 +71,14 @@ def demangle_many(names: Iterable[str]) -> dict[str, str]:
     wanted = [n for n in dict.fromkeys(names) if is_mangled(n)]
     if not wanted:
         return {}
-    cxa = _cxa()
-    if cxa is not None:
-        result = {}
-        for name in wanted:
-            text = _cached(name)
-            if text is not None:
-                result[name] = text
-        return result
-    return _cxxfilt(wanted)
+    if _cxa() is None:
+        return {}
+    result = {}
+    for name in wanted:
+        text = _cached(name)
+        if text is not None:
+            result[name] = text
+    return result
 
 
 @functools.lru_cache(maxsize=4096)
@@ -95,18 +90,3 @@ def _cached(name: str) -> str | None:
 def demangle(name: str) -> str | None:
     """The demangled name, or None when it is not a mangled C++ name or no demangler is available."""
     return demangle_many([name]).get(name)
-
-
-def _cxxfilt(names: list[str]) -> dict[str, str]:
-    tool = shutil.which("c++filt")
-    if tool is None:
-        return {}
-    try:
-        done = subprocess.run([tool], input="\n".join(names) + "\n", capture_output=True, text=True,
-                              timeout=30, check=False, env=scrubbed_environment())  # names a build made
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    lines = done.stdout.splitlines()
-    if done.returncode != 0 or len(lines) != len(names):
-        return {}
-    return {name: text for name, text in zip(names, lines) if text != name}

@@ -2,7 +2,9 @@
 
 Enough to list the symbols of a built extension ``.so`` (``.symtab`` and ``.dynsym``) and of the
 cubins embedded in its ``.nv_fatbin`` section. 32- and 64-bit, little- and big-endian. Malformed
-input raises ``ElfError`` (one line); nothing here executes or maps the file.
+input raises ``ElfError`` (one line); nothing here executes or maps the file. Bounded: symbol
+tables are read once each however many section headers name them, and at most ``limit``
+symbols in all (``MAX_SYMBOLS``), so a crafted file cannot make it loop or fill memory.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from dataclasses import dataclass
 ELF_MAGIC = b"\x7fELF"
 SHT_SYMTAB, SHT_DYNSYM, SHT_NOBITS = 2, 11, 8
 STT_FUNC = 2
+MAX_SYMBOLS = 500_000  # a load_inline extension has tens of thousands (pybind11's templates)
+MAX_NAME = 16 * 1024  # bytes of one name read (CUTLASS kernels' mangled names run to a few KB)
+MAX_NAME_BYTES = 64 * 1024 * 1024  # bytes of all the names of one symbols() call
 
 
 class ElfError(ValueError):
@@ -84,7 +89,7 @@ class Elf:
         return sections
 
     def _cstr(self, start: int, limit: int) -> str:
-        limit = min(limit, len(self.data))
+        limit = min(limit, len(self.data), start + MAX_NAME)
         if start >= limit:
             return ""
         chunk = bytes(self.data[start:limit])
@@ -101,16 +106,24 @@ class Elf:
             raise ElfError(f"section {section.name} lies outside the image")
         return self.data[section.offset: section.offset + section.size]
 
-    def symbols(self, which: tuple[int, ...] = (SHT_SYMTAB, SHT_DYNSYM)) -> list[Symbol]:
-        """Every symbol of the symbol tables of the given types (both by default)."""
+    def symbols(self, which: tuple[int, ...] = (SHT_SYMTAB, SHT_DYNSYM), limit: int = MAX_SYMBOLS) -> list[Symbol]:
+        """Every symbol of the symbol tables of the given types (both by default); ElfError past
+        ``limit`` symbols. A table that several section headers name is read once."""
         found: list[Symbol] = []
+        seen: set[tuple[int, int, int]] = set()
+        names = 0
         for table in self.sections:
             if table.type not in which or table.link >= len(self.sections):
                 continue
+            if (table.offset, table.size, table.entsize) in seen:
+                continue
+            seen.add((table.offset, table.size, table.entsize))
             strings = self.sections[table.link]
             str_start, str_end = strings.offset, strings.offset + strings.size
             entsize = table.entsize or (24 if self.is64 else 16)
             fmt = "IBBHQQ" if self.is64 else "IIIBBH"
+            if len(found) + table.size // entsize > limit:
+                raise ElfError(f"more than {limit:,} symbols")
             for i in range(table.size // entsize):
                 f = self._unpack(fmt, table.offset + i * entsize)
                 if self.is64:
@@ -120,6 +133,9 @@ class Elf:
                 if name_off == 0:
                     continue
                 name = self._cstr(str_start + name_off, str_end)
+                names += len(name)
+                if names > MAX_NAME_BYTES:
+                    raise ElfError(f"symbol names over {MAX_NAME_BYTES:,} bytes")
                 found.append(Symbol(name, info & 0xF, info >> 4, other, shndx, size))
         return found
 

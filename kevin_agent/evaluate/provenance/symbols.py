@@ -16,7 +16,14 @@ Two sources, unioned:
   them (``c_kernel`` for an ``extern "C"`` kernel, where the stub still carries C++ mangling).
   An uncompressed PTX entry adds its ``.entry`` names. Compressed entries are skipped with a note.
 
-Standard library only; safe to run in the build step (parent side) or in the worker.
+Bounded for a hostile file: at most ``MAX_LISTED_BYTES`` read, never through a link, a fatbin
+section read once however many headers name it, at most ``MAX_FATBINS`` fatbins and
+``MAX_FATBIN_ENTRIES`` entries walked, ``elf.MAX_SYMBOLS`` symbols per image and in all cubins
+together, ``MAX_KERNELS`` kernels; past a bound the listing is empty with a note. The build
+step runs it in a confined child (``build.listing``), never in kevin's own process; the worker
+(itself confined) lists an extension whose build stored no listing.
+
+Standard library only.
 """
 
 from __future__ import annotations
@@ -25,9 +32,11 @@ import re
 import struct
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from kevin_agent.evaluate.provenance.elf import STT_FUNC, Elf, ElfError
+from kevin_agent.evaluate.processes import read_child_file
+from kevin_agent.evaluate.provenance.elf import MAX_SYMBOLS, STT_FUNC, Elf, ElfError
 
 STUB_MARK = "__device_stub__"
 STO_CUDA_ENTRY = 0x10
@@ -35,6 +44,24 @@ FATBIN_MAGIC = 0xBA55ED50
 FATBIN_ENTRY_PTX, FATBIN_ENTRY_ELF = 1, 2
 _STUB = re.compile(r"(\d+)" + STUB_MARK)
 _PTX_ENTRY = re.compile(rb"\.entry\s+([A-Za-z_$][\w$.]*)\s*\(")
+MAX_LISTED_BYTES = 256 * 1024 * 1024  # the build's own cap on a module (cache.MAX_MODULE_BYTES)
+MAX_FATBIN_SECTIONS = 16
+MAX_FATBINS = 4096  # fatbin headers walked in all (one per translation unit and arch)
+MAX_FATBIN_ENTRIES = 4096
+MAX_KERNELS = 10_000
+
+
+class _Walk:
+    """What one listing has walked so far; ElfError past a bound."""
+
+    def __init__(self) -> None:
+        self.fatbins = self.entries = self.symbols = 0
+
+    def count(self, what: str, more: int, bound: int) -> None:
+        value = getattr(self, what) + more
+        if value > bound:
+            raise ElfError(f"more than {bound:,} {what}")
+        setattr(self, what, value)
 
 
 @dataclass(frozen=True)
@@ -62,32 +89,57 @@ class ExtensionKernels:
 
 
 def list_kernels(path: str) -> ExtensionKernels:
-    """Kernels built into the ``.so`` at ``path``; never raises (problems become notes)."""
+    """Kernels built into the ``.so`` at ``path`` (opened without following a link); never
+    raises (problems become notes)."""
     try:
-        with open(path, "rb") as handle:
-            elf = Elf(handle.read())
-    except (OSError, ElfError) as exc:
+        data = read_child_file(Path(path), MAX_LISTED_BYTES + 1)
+    except OSError as exc:
+        return ExtensionKernels(str(path), (), notes=(f"cannot read {path}: {exc}",))
+    return list_image(str(path), data)
+
+
+def list_image(path: str, data: bytes) -> ExtensionKernels:
+    """Kernels built into ``data``, the bytes of the ``.so`` at ``path``; never raises."""
+    try:
+        if len(data) > MAX_LISTED_BYTES:
+            raise ElfError(f"larger than {MAX_LISTED_BYTES:,} bytes")
+        elf = Elf(data)
+    except ElfError as exc:
         return ExtensionKernels(str(path), (), notes=(f"cannot read {path}: {exc}",))
     notes: list[str] = []
     try:
         stubs = stub_kernels(s.name for s in elf.symbols())
     except ElfError as exc:
         stubs, notes = set(), [f"symbol tables unreadable: {exc}"]
+    device, more = _device_kernels(elf)
+    notes += more
+    if not stubs:
+        notes.append("no __device_stub__ symbols (stripped .so?)")
+    kernels = stubs | device
+    if len(kernels) > MAX_KERNELS:
+        return ExtensionKernels(str(path), (), notes=(f"more than {MAX_KERNELS:,} kernels",))
+    return ExtensionKernels(str(path), tuple(sorted(kernels)), len(stubs), len(device),
+                            tuple(dict.fromkeys(notes)))
+
+
+def _device_kernels(elf: Elf) -> tuple[set[str], list[str]]:
+    """The kernels of every fatbin section of ``elf`` (each distinct section once), and notes."""
+    sections = {(s.offset, s.size): s for s in elf.sections if "fatbin" in s.name.lower()}
+    if not sections:
+        return set(), ["no .nv_fatbin section"]
+    if len(sections) > MAX_FATBIN_SECTIONS:
+        return set(), [f"more than {MAX_FATBIN_SECTIONS} fatbin sections: not read"]
     device: set[str] = set()
-    fatbins = [s for s in elf.sections if "fatbin" in s.name.lower()]
-    for section in fatbins:
+    notes: list[str] = []
+    walk = _Walk()
+    for section in sections.values():
         try:
-            found, more = fatbin_kernels(elf.section_bytes(section))
+            found, more = fatbin_kernels(elf.section_bytes(section), walk)
         except ElfError as exc:
             found, more = set(), [f"{section.name} unreadable: {exc}"]
         device |= found
         notes += more
-    if not fatbins:
-        notes.append("no .nv_fatbin section")
-    if not stubs:
-        notes.append("no __device_stub__ symbols (stripped .so?)")
-    return ExtensionKernels(str(path), tuple(sorted(stubs | device)), len(stubs), len(device),
-                            tuple(dict.fromkeys(notes)))
+    return device, notes
 
 
 # A __global__ definition or declaration in C++/CUDA text: the identifier before the parameter
@@ -106,8 +158,6 @@ def defined_kernels(text: str) -> set[str]:
 def source_kernels(so_path: str) -> set[str] | None:
     """``defined_kernels`` of the sources the build compiled into ``so_path`` (the generated
     ``.cu``/``.cpp`` files in its build folder); None when no source file is there."""
-    from pathlib import Path
-
     folder = Path(so_path).parent
     try:
         files = [p for p in folder.iterdir() if p.suffix in SOURCE_SUFFIXES and p.is_file()]
@@ -141,19 +191,22 @@ def stub_kernels(symbol_names: Iterable[str]) -> set[str]:
     return kernels
 
 
-def fatbin_kernels(data: bytes | memoryview) -> tuple[set[str], list[str]]:
-    """Kernel entry names in a fatbin section's uncompressed cubins and PTX, plus notes."""
+def fatbin_kernels(data: bytes | memoryview, walk: _Walk | None = None) -> tuple[set[str], list[str]]:
+    """Kernel entry names in a fatbin section's uncompressed cubins and PTX, plus notes; ElfError
+    past a bound of ``walk`` (shared by the sections of one listing)."""
+    walk = walk or _Walk()
     buf = memoryview(data)
     kernels: set[str] = set()
     notes: list[str] = []
     compressed = 0
-    for kind, body in _fatbin_entries(buf):
+    for kind, body in _fatbin_entries(buf, walk):
         if kind == FATBIN_ENTRY_ELF and bytes(body[:4]) == b"\x7fELF":
             try:
-                symbols = Elf(body).symbols()
+                symbols = Elf(body).symbols(limit=MAX_SYMBOLS - walk.symbols)
             except ElfError as exc:
                 notes.append(f"embedded cubin unreadable: {exc}")
                 continue
+            walk.count("symbols", len(symbols), MAX_SYMBOLS)
             kernels.update(s.name for s in symbols if s.type == STT_FUNC and s.other & STO_CUDA_ENTRY)
         elif kind == FATBIN_ENTRY_PTX and _looks_like_ptx(body):
             kernels.update(m.group(1).decode("ascii", "replace") for m in _PTX_ENTRY.finditer(bytes(body)))
@@ -169,12 +222,14 @@ def _looks_like_ptx(body: memoryview) -> bool:
     return b".version" in head or b".target" in head
 
 
-def _fatbin_entries(buf: memoryview) -> Iterable[tuple[int, memoryview]]:
-    """(kind, payload) of every entry of every fatbin in ``buf`` (fatbins are concatenated, aligned)."""
+def _fatbin_entries(buf: memoryview, walk: _Walk) -> Iterable[tuple[int, memoryview]]:
+    """(kind, payload) of every entry of every fatbin in ``buf`` (fatbins are concatenated, aligned);
+    ElfError past ``MAX_FATBINS`` fatbins or ``MAX_FATBIN_ENTRIES`` entries."""
     magic = struct.pack("<I", FATBIN_MAGIC)
     raw = bytes(buf)
     offset = raw.find(magic)
     while 0 <= offset and offset + 16 <= len(raw):
+        walk.count("fatbins", 1, MAX_FATBINS)
         _magic, _version, header_size, fat_size = struct.unpack_from("<IHHQ", raw, offset)
         start, end = offset + header_size, min(len(raw), offset + header_size + fat_size)
         position = start
@@ -182,6 +237,7 @@ def _fatbin_entries(buf: memoryview) -> Iterable[tuple[int, memoryview]]:
             kind, _entry_version, entry_header, payload = struct.unpack_from("<HHIQ", raw, position)
             if entry_header < 16 or payload <= 0:
                 break
+            walk.count("entries", 1, MAX_FATBIN_ENTRIES)
             body_start = position + entry_header
             yield kind, buf[body_start: min(end, body_start + payload)]
             position = body_start + payload

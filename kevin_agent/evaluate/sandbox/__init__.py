@@ -30,6 +30,7 @@ from kevin_agent.evaluate.sandbox.enforce import (
 from kevin_agent.evaluate.sandbox.policy import (
     SandboxPolicy,
     compile_policy,
+    listing_policy,
     record_policy,
     startup_policy,
     system_read_paths,
@@ -39,7 +40,7 @@ from kevin_agent.evaluate.sandbox.support import SandboxSupport, probe, unavaila
 
 __all__ = [
     "MODES", "Mode", "SandboxPolicy", "SandboxReport", "SandboxSupport", "SandboxUnavailable",
-    "CheckResult", "check_sandbox", "compile_policy", "confine", "current_report", "explain_denial",
+    "CheckResult", "check_sandbox", "compile_policy", "confine", "listing_policy", "current_report", "explain_denial",
     "launch_command", "probe", "record_policy", "startup_policy", "system_read_paths", "unavailable",
     "worker_policy",
 ]

@@ -151,7 +151,7 @@ def confine(policy: SandboxPolicy, mode: Mode = "auto", support: Optional[Sandbo
 def _limits(report: SandboxReport, policy: SandboxPolicy) -> list[str]:
     """Resource limits before seccomp (which then refuses to raise them); the problems."""
     try:
-        report.limits = apply_limits(policy.max_file_bytes)
+        report.limits = apply_limits(policy.max_file_bytes, policy.max_memory_bytes)
     except (OSError, ValueError) as exc:
         return [f"resource limits failed: {exc}"]
     return []

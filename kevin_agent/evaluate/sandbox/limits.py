@@ -1,7 +1,8 @@
 """Resource limits a confined process gets before its seccomp layer (which then refuses to raise
-them): the largest file it may write (RLIMIT_FSIZE; SIGXFSZ ignored, so an oversized write fails
-with EFBIG, "File too large", instead of killing silently) and no core dumps (a crash would
-otherwise write the process's memory into its scratch). Standard library only.
+them): its address space where the policy sets one (RLIMIT_AS), the largest file it may write
+(RLIMIT_FSIZE; SIGXFSZ ignored, so an oversized write fails with EFBIG, "File too large",
+instead of killing silently) and no core dumps (a crash would otherwise write the process's
+memory into its scratch). Standard library only.
 
 The lines a launcher prints when a limit stops a child start with ``LIMIT_PREFIX``;
 ``limit_message(text)`` finds the first one in a child's output, for the verdict.
@@ -33,9 +34,13 @@ def _lower(which: int, value: int) -> bool:
     return True
 
 
-def apply_limits(max_file_bytes: int) -> list[str]:
-    """Lower RLIMIT_FSIZE to ``max_file_bytes`` (0: unchanged) and RLIMIT_CORE to 0; what applied."""
+def apply_limits(max_file_bytes: int, max_memory_bytes: int = 0) -> list[str]:
+    """Lower RLIMIT_FSIZE to ``max_file_bytes`` and RLIMIT_AS to ``max_memory_bytes`` (0:
+    unchanged) and RLIMIT_CORE to 0; what applied."""
     applied = []
+    if max_memory_bytes > 0:
+        _lower(resource.RLIMIT_AS, max_memory_bytes)
+        applied.append(f"address space up to {megabytes(max_memory_bytes)}")
     if max_file_bytes > 0:
         _lower(resource.RLIMIT_FSIZE, max_file_bytes)
         if threading.current_thread() is threading.main_thread():

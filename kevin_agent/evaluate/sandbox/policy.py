@@ -73,6 +73,7 @@ class SandboxPolicy:
     max_processes: int = 0
     max_output_bytes: int = 0
     max_scratch_bytes: int = 0
+    max_memory_bytes: int = 0  # RLIMIT_AS of the confined process (0: unchanged)
     label: str = "the process"
 
     @property
@@ -267,6 +268,9 @@ RECORD_BOUNDS = {"max_processes": 512, "max_file_bytes": 64 * MIB, "max_output_b
                  "max_scratch_bytes": 256 * MIB, "label": "your module's top level"}
 WORKER_BOUNDS = {"max_processes": 2048, "max_file_bytes": 1 * GIB, "max_output_bytes": 16 * MIB,
                  "max_scratch_bytes": 4 * GIB, "label": "your code"}
+# Listing the kernels of a built .so (provenance.symbols): a parser, no threads, a JSON line out.
+LISTING_BOUNDS = {"max_processes": 301, "max_file_bytes": 1 * MIB, "max_output_bytes": 1 * MIB,
+                  "max_scratch_bytes": 16 * MIB, "max_memory_bytes": 1 * GIB, "label": "the kernel listing"}
 
 
 def bounded(policy: SandboxPolicy, bounds: dict[str, Any]) -> SandboxPolicy:
@@ -327,3 +331,10 @@ def record_policy(scratch_dir: str | os.PathLike[str], *,
                   protect: Sequence[str | os.PathLike[str]] = ()) -> SandboxPolicy:
     """The CPU-only child that runs a candidate's top level to record its load_inline calls."""
     return bounded(worker_policy(scratch_dir, gpu=False, protect=protect), RECORD_BOUNDS)
+
+
+def listing_policy(scratch_dir: str | os.PathLike[str], *,
+                   protect: Sequence[str | os.PathLike[str]] = ()) -> SandboxPolicy:
+    """The CPU-only child that parses a built extension for its kernels (the module comes in
+    on its stdin, opened by the parent): no processes, no sockets, 1 GB of address space."""
+    return bounded(worker_policy(scratch_dir, gpu=False, protect=protect), LISTING_BOUNDS)
