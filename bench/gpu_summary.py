@@ -44,9 +44,14 @@ def _git(*args: str) -> str:
 
 def commit_info() -> dict[str, Any]:
     """HEAD's commit and whether the tree differs from it (tracked files; a copied tree without
-    .git says so: commit None)."""
+    .git says so: commit None). ``KEVIN_SOURCE_COMMIT`` states the commit of a copied tree whose
+    .git lags behind it (the device tool copies the working tree, not always its git metadata)."""
     commit = _git("rev-parse", "HEAD") or None
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no")) if commit else None
+    stated = os.environ.get("KEVIN_SOURCE_COMMIT")
+    if stated:
+        return {"commit": stated, "dirty": None, "git_head": commit, "git_dirty": dirty,
+                "commit_from": "KEVIN_SOURCE_COMMIT"}
     return {"commit": commit, "dirty": dirty}
 
 

@@ -89,7 +89,54 @@ def eval_bench_lines(result: dict[str, Any]) -> list[str]:
     if baseline:
         stock = num(baseline.get("candidates_per_minute"), 2)
         rows.append(["stock load_inline, sequential: candidates per minute", stock])
-    return lines + table(rows)
+    return lines + table(rows) + breakdown_lines(kevin or {})
+
+
+def breakdown_lines(kevin: dict[str, Any]) -> list[str]:
+    """Where the evaluation's wall went (eval_bench's ``breakdown``), when the run recorded it."""
+    part, wall = kevin.get("breakdown"), kevin.get("wall_s")
+    if not part or not wall:
+        return []
+    share = lambda key: f"{num(part.get(key), 1, 's')} ({100 * (part.get(key) or 0) / wall:.0f}%)"  # noqa: E731
+    rows = [["where the wall went", "seconds"],
+            ["before the GPU's first job (first builds)", num(part.get("first_gpu_job_s"), 1, "s")],
+            ["GPU busy", share("gpu_busy_s")], ["GPU idle", share("gpu_idle_s")],
+            ["GPU idle between its first and last job", share("gpu_idle_between_jobs_s")],
+            ["builds, summed (they overlap)", f"{num(part.get('builds_summed_s'), 1, 's')} over {part.get('builds')}"]]
+    stages = part.get("worker_stage_median_s") or {}
+    if stages:
+        rows.append(["worker stages, median", ", ".join(f"{k} {num(v, 2, 's')}" for k, v in stages.items())])
+    return [""] + table(rows)
+
+
+def eval_cli_lines(result: dict[str, Any]) -> list[str]:
+    """bench/eval_cli_bench.py's JSON: one `kevin eval` process per case, sharing a cache."""
+    rows = [["case", "wall", "build", "cache hit", "baselines", "verdict"]]
+    for case in ("new_task", "new_candidate", "cache_hit"):
+        got = result.get(case)
+        if got:
+            baselines = "reused" if got.get("baseline_cached") else f"measured, {num(got.get('baseline_s'), 1, 's')}"
+            rows.append([case.replace("_", " "), num(got.get("wall_s"), 1, "s"), num(got.get("build_s"), 1, "s"),
+                         "yes" if got.get("cache_hit") else "no", baselines,
+                         f"{got.get('stage')} {'ok' if got.get('ok') else 'failed'}"])
+    return ["One `kevin eval` process per case (`bench/eval_cli_bench.py`; targets: a new candidate for a seen "
+            "task <= 15 s, a build-cache hit <= 3 s):", ""] + table(rows)
+
+
+def kevin_bench_lines(result: dict[str, Any]) -> list[str]:
+    """`kevin bench`'s result.json: one row per level and overall."""
+    rows = [["level", "tasks", "correct", "fast_0 / fast_1 / fast_1.5 (eager)", "fast_1 (compile)",
+             "geomean speedup", "best@k", "compile errors", "provenance rejections", "untrusted"]]
+    for s in result.get("summaries", []):
+        eager, compiled = s.get("fast_vs_eager", {}), s.get("fast_vs_compile", {})
+        pct = lambda v: f"{100 * v:.0f}%" if isinstance(v, (int, float)) else "-"  # noqa: E731
+        rows.append(["all" if s.get("level") is None else str(s["level"]), f"{s.get('finished')}/{s.get('tasks')}",
+                     pct(s.get("correct")), " / ".join(pct(eager.get(p)) for p in ("0", "1", "1.5")),
+                     pct(compiled.get("1")), num(s.get("geomean_speedup"), 2, "x"), num(s.get("best_at_k"), 2, "x"),
+                     pct(s.get("compile_error_share")), pct(s.get("provenance_rejection_share")),
+                     pct(s.get("untrusted_share"))])
+    return [f"`kevin bench` on {result.get('gpu')}, policy {result.get('policy')} (bench {result.get('bench_id')}):",
+            ""] + table(rows)
 
 
 def compile_bench_lines(result: dict[str, Any]) -> list[str]:
@@ -123,6 +170,7 @@ def provenance_bench_lines(report: dict[str, Any]) -> list[str]:
 
 BENCH_RENDERERS: dict[str, Callable[[Any], list[str]]] = {
     "eval_bench": eval_bench_lines, "dropin": dropin_lines, "provenance_bench": provenance_bench_lines,
+    "eval_cli": eval_cli_lines, "kevin_bench": kevin_bench_lines,
 }
 
 
@@ -144,6 +192,8 @@ def session_lines(name: str, s: dict[str, Any]) -> list[str]:
     """One part of a GPU session (bench/gpu_summary.py's summary)."""
     host = s.get("host", {})
     commit = f"`{(s.get('commit') or 'none')[:12]}`" + (" (tree dirty)" if s.get("dirty") else "")
+    if s.get("commit_from"):
+        commit += f" (stated by {s['commit_from']}; the copy's own .git read `{(s.get('git_head') or 'none')[:12]}`)"
     counts = ", ".join(f"{n} {k}" for k, n in sorted(s.get("counts", {}).items())) or "no test finished"
     chosen = " ".join(f'{k}="{v}"' for k, v in sorted(s.get("selection", {}).items()))
     command = f"{chosen} bash scripts/gpu_session.sh {s.get('part')}".strip()

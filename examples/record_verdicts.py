@@ -56,7 +56,8 @@ def verdicts_document(record: Any, command: str) -> dict[str, Any]:
         for key in MACHINE_LOCAL:
             details[key] = None
         by_marker[marker_of(candidate.code or candidate.response)] = raw
-    some = next(iter(by_marker.values()))["details"] if by_marker else {}
+    measured = [v["details"] for v in by_marker.values() if v["details"].get("torch_version")]
+    some = measured[0] if measured else {}  # a compile error has no torch or CUDA version
     return {
         "recorded": {
             "gpu_name": record.gpu_name, "run_id": record.run_id,

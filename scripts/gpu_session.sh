@@ -10,6 +10,7 @@
 #   GPU_SESSION_PHASES="gpu_tests kevin_bench" bash scripts/gpu_session.sh 3        # only these phases
 #   GPU_SESSION_TAG=rerun bash scripts/gpu_session.sh 2   # files named ...-gpu-session-2-rerun.*
 #   GPU_SESSION_STOCK=0 bash scripts/gpu_session.sh 3     # part 3's eval_bench without the stock baseline
+#   KEVIN_SOURCE_COMMIT=<sha> bash scripts/gpu_session.sh 1   # the tree's commit, when the copy's .git lags
 #
 # How it splits, and why. The suite has two build caches, each filled once per pytest process by a
 # parallel precompile (the torch header, ~30 s, plus every candidate): test_gpu_provenance.py
@@ -96,7 +97,7 @@ phase() {  # phase NAME CAP_SECONDS [RESULT_JSON] -- COMMAND...: run, log, recor
   python3 bench/gpu_summary.py bench "$SUMMARY" "$name" "$rc" "$(( $(date +%s) - started ))" ${result:+"$result"}
 }
 
-log "part $PART on $(nvidia-smi -L 2>/dev/null | head -1); commit $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+log "part $PART on $(nvidia-smi -L 2>/dev/null | head -1); commit ${KEVIN_SOURCE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo none)}"
 python3 -c 'import git' 2>/dev/null || log "GitPython missing (no .whl carried): the accept tests and the drop-in bench will fail"
 # the tests first (the suite is what must pass), then the benches in the time left
 if [ ${#TESTS[@]} -gt 0 ]; then

@@ -118,7 +118,8 @@ async def test_readme_demo_runs_as_written(tmp_path, monkeypatch):
     before = _bash(lines[:tui], ROOT, env)  # set up, kevin optimize, kevin show latest
     assert before.returncode == 0, before.stderr
     gpu, run = recorded()["gpu_name"], recorded()["run_id"]
-    assert f"measured on {gpu} in run {run}, replayed here: a win over both" in before.stdout  # the conclusion
+    # the conclusion the recorded H200 verdicts support: t1.1 is 3.4x eager but within torch.compile's noise
+    assert f"measured on {gpu} in run {run}, replayed here) is a tie with torch.compile" in before.stdout
     assert re.search(r"t1\.1: timing ok, [\d.]+x vs eager \(replayed\)", before.stderr), before.stderr
     assert "2 trajectories x 2 turns" in before.stdout  # kevin show's header
     assert "Traceback" not in before.stderr and "No CUDA runtime" not in before.stderr

@@ -40,9 +40,10 @@ def test_correct_kernel_passes_with_full_details(worker_pool, gpu_cache_dir, nam
         assert d.flops == 2 * 1024**3
     if name == "add":
         assert d.flops == 0 and d.bytes_moved == 3 * 4096 * 4096 * 4
-        # the same memory traffic as eager's add: about eager's time. Timed on an idle device without
-        # a lead-in, the host's ~25 us of issuing the call was timed too: 0.69x on the H200 (971558a)
-        assert 0.75 <= d.speedup_vs_eager <= 1.33, (d.kernel, d.eager)
+    # the timer measures the GPU time the profiler's own record shows for one call (0.95-1.04 for
+    # these four on the H200 at 1668ea8); timed_below_profile fires under a third of it
+    profiled_ms = sum(row["ms"] for row in d.kernels)
+    assert 0.8 <= d.kernel.median_ms / profiled_ms <= 1.25, (d.kernel.median_ms, d.kernels)
 
 
 def test_uninitialised_output_cannot_inherit_the_reference(worker_pool, gpu_cache_dir):
