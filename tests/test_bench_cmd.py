@@ -156,6 +156,10 @@ def test_replies_are_judged_without_a_model(repo, tmp_path):
         ("level1/1_Add", 2, True), ("level2/1_Add_fused", 1, False)]
     assert result["policy"] == "partial"
     assert overall(result)["correct"] == 0.5 and overall(result)["compile_error_share"] == pytest.approx(1 / 3)
+    from kevin_agent.benchmark.report import settings_line
+
+    assert result["replies"] == str(replies)  # the report says no model ran, and what was re-judged
+    assert settings_line(result).startswith("partial policy; recorded replies from replies.jsonl re-judged, no model")
 
 
 @pytest.mark.parametrize(("args", "expected"), [

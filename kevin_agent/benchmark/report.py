@@ -7,6 +7,7 @@ import base64
 import html
 import io
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Optional
 
 from kevin_agent.benchmark.metrics import Summary, TaskResult
@@ -67,14 +68,15 @@ def table(result: dict[str, Any]) -> Any:
 
 
 def result_dict(bench_id: str, settings: dict[str, Any], results: Sequence[TaskResult],
-                rows: Sequence[Summary]) -> dict[str, Any]:
-    """The JSON written by ``--json`` / ``--out``: settings, rows and every task's figures."""
+                rows: Sequence[Summary], replies: str | None = None) -> dict[str, Any]:
+    """The JSON written by ``--json`` / ``--out``: settings, rows and every task's figures;
+    ``replies``: the file of recorded replies re-judged (no model ran)."""
     from dataclasses import asdict
 
     gpus = sorted({r.gpu_name for r in results if r.gpu_name})
     policies = sorted({r.policy for r in results if r.policy})  # as the stored runs resolved it
     return {
-        "bench_id": bench_id, "settings": settings,
+        "bench_id": bench_id, "settings": settings, "replies": replies,
         "policy": ", ".join(policies) or (settings.get("eval_flags") or {}).get("policy") or "unknown",
         "gpu": ", ".join(gpus) or None, "replayed": provenance_note(results),
         "summaries": [row.to_dict() for row in rows], "tasks": [asdict(r) for r in results],
@@ -147,9 +149,12 @@ def html_report(result: dict[str, Any]) -> str:
 def settings_line(result: dict[str, Any]) -> str:
     s = result["settings"]
     backend = s.get("backend_flags") or {}
-    return (f"{result['policy']} policy; {s.get('trajectories')} trajectories x {s.get('turns')} turns; "
-            f"model {backend.get('model') or 'default'} ({backend.get('backend') or 'openai'}); "
-            f"GPU {result['gpu'] or '-'}")
+    if result.get("replies"):  # no model ran: recorded output, judged again here
+        played = f"recorded replies from {Path(result['replies']).name} re-judged, no model"
+    else:
+        played = (f"{s.get('trajectories')} trajectories x {s.get('turns')} turns; "
+                  f"model {backend.get('model') or 'default'} ({backend.get('backend') or 'openai'})")
+    return f"{result['policy']} policy; {played}; GPU {result['gpu'] or '-'}"
 
 
 def comparison(a: dict[str, Any], b: dict[str, Any]) -> Any:

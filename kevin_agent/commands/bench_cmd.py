@@ -143,7 +143,7 @@ def _finish(args: argparse.Namespace, service: Any, manifest: Any, manifests: An
     from kevin_agent.progress import stdout_console
 
     results = results_of(service, manifest)
-    result = result_dict(manifest.bench_id, manifest.run, results, summaries(results))
+    result = result_dict(manifest.bench_id, manifest.run, results, summaries(results), manifest.replies)
     json_path, html_path = _write_outputs(result, Path(args.out) if args.out else
                                           manifests.folder / manifest.bench_id)
     if args.json:
