@@ -455,10 +455,6 @@ def test_gpu_stages_run_on_the_gpu_node_in_its_own_worker_processes(cluster, tmp
     assert json.loads(normal.message)["pid"] != json.loads(other.message)["pid"]  # a fresh process each
 
 
-@pytest.mark.skip(reason="hangs since issue 18: the stand-in worker no longer sees KEVIN_TEST_PID_DIR (workers get "
-                         "an allow-listed environment) and reports PIDs from inside its PID namespace, so this "
-                         "test's process checks cannot work; the kill/cancel path it covers is unverified until "
-                         "the test finds workers by host PID (first thing next session)")
 @pytest.mark.timeout(900)  # a guard: a Ray test takes 5-100 s on a busy 2-core machine
 def test_a_node_killed_mid_run_loses_no_candidate_and_nothing_hangs(cluster, tmp_path):
     """A second GPU node joins; while it runs a candidate it is killed (every process of it).
@@ -475,7 +471,7 @@ def test_a_node_killed_mid_run_loses_no_candidate_and_nothing_hangs(cluster, tmp
             runner = threading.Thread(target=lambda: result.update(v=evaluator.evaluate(TASK, codes)))
             started = time.monotonic()
             runner.start()
-            wait_for(lambda: cluster.pids("gpu-b-"), 600, "a candidate running on gpu-b")
+            wait_for(lambda: cluster.running_standins("gpu-b"), 600, "a candidate running on gpu-b")
             cluster.kill(doomed)
             runner.join(600)  # a guard: the lost job is retried within seconds
             elapsed = time.monotonic() - started
@@ -505,20 +501,20 @@ def test_a_candidate_that_kills_its_ray_worker_gets_a_verdict_and_the_lane_comes
     assert lane.lost_count >= 2 and elapsed < 600  # no hang (it takes ~100 s on a busy 2-core machine)
 
 
-@pytest.mark.skip(reason="hangs since issue 18: the stand-in worker no longer sees KEVIN_TEST_PID_DIR (workers get "
-                         "an allow-listed environment) and reports PIDs from inside its PID namespace, so this "
-                         "test's process checks cannot work; the kill/cancel path it covers is unverified until "
-                         "the test finds workers by host PID (first thing next session)")
 @pytest.mark.timeout(900)  # a guard: a Ray test takes 5-100 s on a busy 2-core machine
 def test_cancel_kills_the_remote_worker_and_the_remote_compile(cluster, tmp_path):
-    codes = [candidate("standin: hang"), candidate("fake-compile: child 120", "standin: normal")]
+    """Only the cancel can end them within the test's waits: the hung worker's run limit (its
+    reference takes 1 s: over 1600 s) and the build (1200 s) both outlast them."""
+    slow_task = Task(source=TASK.source + "\n# standin-baseline-ms: 1000\n", class_name="Model")
+    codes = [candidate("standin: hang"), candidate("fake-compile: child 1200", "standin: normal")]
     cancel = threading.Event()
     cluster.clear_pids()
-    with open_ray(cluster, tmp_path) as evaluator:
-        runner = threading.Thread(target=lambda: evaluator.evaluate(TASK, codes, cancel=cancel))
+    with open_ray(cluster, tmp_path, run_timeout_s=3600) as evaluator:
+        runner = threading.Thread(target=lambda: evaluator.evaluate(slow_task, codes, cancel=cancel))
         runner.start()
-        wait_for(lambda: cluster.pids("gpu-a-") and cluster.pids("compile-"), 300, "a remote worker and a compile")
-        (_, worker_pid), (_, build_pid) = cluster.pids("gpu-a-")[0], cluster.pids("compile-")[0]
+        wait_for(lambda: cluster.running_standins("gpu-a") and cluster.pids("compile-"), 300,
+                 "a remote worker and a compile")
+        (worker_pid,), [(_, build_pid)] = cluster.running_standins("gpu-a"), cluster.pids("compile-")
         assert pid_alive(worker_pid) and pid_alive(build_pid)
         cancel.set()
         runner.join(300)  # guards: a cancel is noticed in well under a second, the kills in seconds
