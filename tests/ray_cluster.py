@@ -82,6 +82,9 @@ class LocalCluster:
         env["KEVIN_BUILD_CACHE"] = str(self.root / f"cache-{name}")
         env["KEVIN_TEST_PID_DIR"] = str(self.pid_dir)
         env["TMPDIR"] = str(self._mkdir(self.root / f"tmp-{name}"))  # worker scratch, GPU leases: per "machine"
+        # its own home: a Ray token in the user's ~/.ray (``ray get-auth-token --generate``) would make
+        # the head demand it from nodes that, with token auth off, never send it
+        env["HOME"] = str(self._mkdir(self.root / f"home-{name}"))
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), str(ROOT)])
         env["RAY_health_check_period_ms"] = "1000"  # a killed node is noticed in seconds
         env["RAY_health_check_failure_threshold"] = "3"
