@@ -127,7 +127,10 @@ def local_round(lanes: int, args: argparse.Namespace) -> dict[str, Any]:
     devices = [DeviceInfo("stand-in", f"bench-local-{i}", i) for i in range(lanes)]
     with tempfile.TemporaryDirectory() as cache:
         settings = EvalSettings(arch="9.0", cache_dir=Path(cache), run_timeout_s=120)
-        with CudaEvaluator(settings, worker_command=STANDIN, devices=devices, compiler=fake_compile,
+        def compiler(code: str, cache: Any, cancel: Any) -> Any:  # a local compiler's signature
+            return fake_compile(code, cache)
+
+        with CudaEvaluator(settings, worker_command=STANDIN, devices=devices, compiler=compiler,
                            jobs=2, spares=1) as evaluator:
             evaluator.evaluate(TASK, codes(1, 0.0, 0.0, f"lwarm{lanes}"))
             started = time.monotonic()

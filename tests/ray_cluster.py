@@ -26,6 +26,8 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 RAY = str(Path(sys.executable).with_name("ray"))
 START_TIMEOUT_S = 600.0  # a guard: a node starts in ~15 s on a busy 2-core machine
+STANDIN_SCRIPT = "ray_standin.py"  # tests/workers/ray_standin.py, the stand-in GPU worker
+STANDIN_STARTED = "ray-standin-started"  # its marker in its working folder once it took a job
 
 
 def free_port() -> int:
@@ -80,6 +82,9 @@ class LocalCluster:
         env["KEVIN_BUILD_CACHE"] = str(self.root / f"cache-{name}")
         env["KEVIN_TEST_PID_DIR"] = str(self.pid_dir)
         env["TMPDIR"] = str(self._mkdir(self.root / f"tmp-{name}"))  # worker scratch, GPU leases: per "machine"
+        # its own home: a Ray token in the user's ~/.ray (``ray get-auth-token --generate``) would make
+        # the head demand it from nodes that, with token auth off, never send it
+        env["HOME"] = str(self._mkdir(self.root / f"home-{name}"))
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), str(ROOT)])
         env["RAY_health_check_period_ms"] = "1000"  # a killed node is noticed in seconds
         env["RAY_health_check_failure_threshold"] = "3"
@@ -135,12 +140,31 @@ class LocalCluster:
             path.unlink()
 
     def pids(self, prefix: str) -> list[tuple[str, int]]:
-        """(name, pid) of the files stand-ins and fake compiles wrote into the pid folder."""
+        """(name, pid) of the files fake compiles (Ray tasks: the node's environment) wrote into
+        the pid folder."""
         found = []
         for path in self.pid_dir.iterdir():
             if path.name.startswith(prefix):
                 found.append((path.name, int(path.name.rsplit("-", 1)[1])))
         return found
+
+    def running_standins(self, node: str) -> list[int]:
+        """Host PIDs of this cluster's live stand-in workers running a job on ``node``: processes
+        running the stand-in whose working folder (under this cluster's folder) holds its marker
+        naming ``node``. Found through this host's /proc, so neither a worker's allow-listed
+        environment nor a PID namespace it may start in hides it."""
+        found = []
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+                if len(argv) < 2 or not argv[1].endswith(STANDIN_SCRIPT.encode()):
+                    continue
+                cwd = Path(os.readlink(proc / "cwd"))
+                if cwd.is_relative_to(self.root) and (cwd / STANDIN_STARTED).read_text() == node:
+                    found.append(int(proc.name))
+            except (OSError, ValueError):  # gone meanwhile, or no job taken yet
+                continue
+        return [pid for pid in found if pid_alive(pid)]
 
     def stop(self) -> None:
         """Stop every node this cluster started (workers first, the head last); remove its files."""

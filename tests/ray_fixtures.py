@@ -4,7 +4,8 @@ node's own cache, like ``compile_candidate`` would, so entries really travel bet
 
 The candidate's source can say "fake-compile: SECONDS" (how long the build takes), "fake-compile:
 error" (a compile error), "fake-compile: child SECONDS" (the build runs in a child process group,
-like ninja, and the child's pid goes to $KEVIN_TEST_PID_DIR/compile-<pid>) or "fake-compile:
+like ninja, and the child's pid goes to $KEVIN_TEST_PID_DIR/compile-<pid>: a Ray task has its
+node's environment and this host's PIDs) or "fake-compile:
 barrier" (the build finishes only once builds have started on two different nodes: a test that
 wants both nodes to compile controls that itself instead of hoping the timing works out).
 """

@@ -32,6 +32,7 @@ from kevin_agent.errors import EnvironmentProblem
 from kevin_agent.evaluate.api import EvalSettings
 from kevin_agent.evaluate.evaluator import make_evaluator
 from kevin_agent.evaluate.ray_worker import pack_entries, relocate_outcome, unpack_entries
+from kevin_agent.evaluate.scheduling import LaneQueue
 
 KERNELS = ROOT / "tests" / "fixtures" / "kernels"
 GOOD = (KERNELS / "add_candidate.py").read_text()
@@ -183,12 +184,23 @@ def test_a_cancel_that_reaches_the_node_before_its_job_still_cancels_it(tmp_path
 
 
 def unit_ray_evaluator(tmp_path: Path):
-    """The Ray evaluator's own bookkeeping, without connecting to a cluster."""
+    """The Ray evaluator's own bookkeeping, without connecting to a cluster (its lanes are put
+    straight into the pipeline it holds)."""
     from kevin_agent.evaluate.evaluator import CudaEvaluator
-    from kevin_agent.evaluate.ray_lanes import ray_class
+    from kevin_agent.evaluate.ray_lanes import RayEvaluator
 
     settings = EvalSettings(arch="9.0", cluster="ray://nowhere:10001", cache_dir=tmp_path / "cache")
-    return ray_class(CudaEvaluator)(settings, worker_command=STANDIN, compile_function=FAKE_COMPILE)
+    return RayEvaluator(settings, CudaEvaluator, worker_command=STANDIN, compile_function=FAKE_COMPILE)
+
+
+def test_the_ray_evaluator_holds_a_pipeline_and_is_no_subclass_of_it(tmp_path):
+    """Issue 20: composition over the pipeline's public methods, not a class made at run time."""
+    from kevin_agent.evaluate import ray_lanes
+    from kevin_agent.evaluate.evaluator import CudaEvaluator
+
+    evaluator = unit_ray_evaluator(tmp_path)
+    assert type(evaluator) is ray_lanes.RayEvaluator and not isinstance(evaluator, CudaEvaluator)
+    assert type(evaluator.pipeline) is CudaEvaluator and evaluator.lanes == []
 
 
 def queued_item(codes=("x",)):
@@ -221,35 +233,37 @@ def test_a_lane_that_comes_back_ends_the_all_gpus_lost_clock(tmp_path):
     evaluator = unit_ray_evaluator(tmp_path)
     lane = scripted_lane(evaluator, comes_up=True)
     lane.up = False  # its actor is being replaced
-    evaluator._lanes = [lane]
+    evaluator.pipeline._lanes = [lane]
+    lane_queue = LaneQueue()
     evaluator._all_down_since = time.monotonic() - 180  # an earlier outage, past the 120 s grace
-    evaluator._bring_up(lane)
+    evaluator._bring_up(lane, lane_queue)
     assert evaluator._all_down_since is None
     item = queued_item()
-    evaluator._queue.put(item)
+    lane_queue.put(item)
     lane.up, lane.comes_up = False, False  # a new outage starts now
-    evaluator._bring_up(lane)
-    assert item.batch.error is None and not evaluator._queue.empty()
+    evaluator._bring_up(lane, lane_queue)
+    assert item.batch.error is None and not lane_queue.empty()
 
 
 @pytest.mark.timeout(300)
 def test_failing_the_queued_candidates_never_waits_on_an_empty_queue(tmp_path, monkeypatch):
     evaluator = unit_ray_evaluator(tmp_path)
+    lane_queue = LaneQueue()
     # another lane's thread took the last item between a check and a take: never block
-    monkeypatch.setattr(evaluator._queue, "empty", lambda: False)
+    monkeypatch.setattr(lane_queue, "empty", lambda: False)
     done = threading.Event()
     def fail_then_say() -> None:
-        evaluator._fail_queued(EnvironmentProblem("gone"))
+        evaluator._fail_queued(lane_queue, EnvironmentProblem("gone"))
         done.set()
 
     threading.Thread(target=fail_then_say, daemon=True).start()
     assert done.wait(120), "_fail_queued blocked on an empty queue"  # it returns at once
     monkeypatch.undo()
     item = queued_item()
-    evaluator._queue.put(item)
+    lane_queue.put(item)
     evaluator._attempts[id(item)] = (1, 1)
-    evaluator._fail_queued(EnvironmentProblem("gone"))
-    assert str(item.batch.error) == "gone" and evaluator._queue.empty() and not evaluator._attempts
+    evaluator._fail_queued(lane_queue, EnvironmentProblem("gone"))
+    assert str(item.batch.error) == "gone" and lane_queue.empty() and not evaluator._attempts
 
 
 def test_a_candidate_ended_by_an_error_leaves_no_attempt_count(tmp_path, monkeypatch):
@@ -260,9 +274,9 @@ def test_a_candidate_ended_by_an_error_leaves_no_attempt_count(tmp_path, monkeyp
     def broken(lane, item):
         raise RuntimeError("the task fails")
 
-    monkeypatch.setattr(evaluator, "_run_item", broken)
+    monkeypatch.setattr(evaluator.pipeline, "run_item", broken)
     with pytest.raises(RuntimeError):
-        evaluator._run_or_retry(None, item)
+        evaluator._run_or_retry(None, item, LaneQueue())
     assert evaluator._attempts == {}
 
 
@@ -295,20 +309,20 @@ def test_a_remote_compile_past_its_limit_is_a_compile_verdict_not_a_failed_run(t
 
 def test_baselines_are_measured_again_only_on_a_lane_that_is_up_with_the_same_gpu(tmp_path):
     from kevin_agent.errors import KevinError
-    from kevin_agent.evaluate.evaluator import CudaEvaluator
     from kevin_agent.evaluate.lanes import DeviceInfo
     from kevin_agent.evaluate.ray_lanes import LaneLost
 
     evaluator = unit_ray_evaluator(tmp_path)
+    pipeline = evaluator.pipeline
     down = scripted_lane(evaluator, False, DeviceInfo("NVIDIA H100", "gpu-down", 0, "a"))
     other = scripted_lane(evaluator, True, DeviceInfo("NVIDIA A100", "gpu-other", 0, "b"))
-    evaluator._lanes = [down, other]
-    evaluator._used[(TASK.source, "NVIDIA H100")] = (down, None)
+    pipeline._lanes = [down, other]
+    pipeline._used[(TASK.source, "NVIDIA H100")] = (down, None)
     measured = []
-    evaluator._measure = lambda lane, *_: measured.append(lane)
-    assert CudaEvaluator.remeasure(evaluator, TASK) == [] and measured == []  # no H100 up: skipped
+    pipeline._measure = lambda lane, *_: measured.append(lane)
+    assert evaluator.remeasure(TASK) == [] and measured == []  # no H100 up: skipped
     same = scripted_lane(evaluator, True, DeviceInfo("NVIDIA H100", "gpu-same", 1, "c"))
-    evaluator._lanes.append(same)
+    pipeline._lanes.append(same)
     evaluator.remeasure(TASK)
     assert measured == [same]
     assert issubclass(LaneLost, KevinError)  # a lane lost while measuring is one line wherever it escapes
@@ -455,10 +469,6 @@ def test_gpu_stages_run_on_the_gpu_node_in_its_own_worker_processes(cluster, tmp
     assert json.loads(normal.message)["pid"] != json.loads(other.message)["pid"]  # a fresh process each
 
 
-@pytest.mark.skip(reason="hangs since issue 18: the stand-in worker no longer sees KEVIN_TEST_PID_DIR (workers get "
-                         "an allow-listed environment) and reports PIDs from inside its PID namespace, so this "
-                         "test's process checks cannot work; the kill/cancel path it covers is unverified until "
-                         "the test finds workers by host PID (first thing next session)")
 @pytest.mark.timeout(900)  # a guard: a Ray test takes 5-100 s on a busy 2-core machine
 def test_a_node_killed_mid_run_loses_no_candidate_and_nothing_hangs(cluster, tmp_path):
     """A second GPU node joins; while it runs a candidate it is killed (every process of it).
@@ -475,7 +485,7 @@ def test_a_node_killed_mid_run_loses_no_candidate_and_nothing_hangs(cluster, tmp
             runner = threading.Thread(target=lambda: result.update(v=evaluator.evaluate(TASK, codes)))
             started = time.monotonic()
             runner.start()
-            wait_for(lambda: cluster.pids("gpu-b-"), 600, "a candidate running on gpu-b")
+            wait_for(lambda: cluster.running_standins("gpu-b"), 600, "a candidate running on gpu-b")
             cluster.kill(doomed)
             runner.join(600)  # a guard: the lost job is retried within seconds
             elapsed = time.monotonic() - started
@@ -505,20 +515,20 @@ def test_a_candidate_that_kills_its_ray_worker_gets_a_verdict_and_the_lane_comes
     assert lane.lost_count >= 2 and elapsed < 600  # no hang (it takes ~100 s on a busy 2-core machine)
 
 
-@pytest.mark.skip(reason="hangs since issue 18: the stand-in worker no longer sees KEVIN_TEST_PID_DIR (workers get "
-                         "an allow-listed environment) and reports PIDs from inside its PID namespace, so this "
-                         "test's process checks cannot work; the kill/cancel path it covers is unverified until "
-                         "the test finds workers by host PID (first thing next session)")
 @pytest.mark.timeout(900)  # a guard: a Ray test takes 5-100 s on a busy 2-core machine
 def test_cancel_kills_the_remote_worker_and_the_remote_compile(cluster, tmp_path):
-    codes = [candidate("standin: hang"), candidate("fake-compile: child 120", "standin: normal")]
+    """Only the cancel can end them within the test's waits: the hung worker's run limit (its
+    reference takes 1 s: over 1600 s) and the build (1200 s) both outlast them."""
+    slow_task = Task(source=TASK.source + "\n# standin-baseline-ms: 1000\n", class_name="Model")
+    codes = [candidate("standin: hang"), candidate("fake-compile: child 1200", "standin: normal")]
     cancel = threading.Event()
     cluster.clear_pids()
-    with open_ray(cluster, tmp_path) as evaluator:
-        runner = threading.Thread(target=lambda: evaluator.evaluate(TASK, codes, cancel=cancel))
+    with open_ray(cluster, tmp_path, run_timeout_s=3600) as evaluator:
+        runner = threading.Thread(target=lambda: evaluator.evaluate(slow_task, codes, cancel=cancel))
         runner.start()
-        wait_for(lambda: cluster.pids("gpu-a-") and cluster.pids("compile-"), 300, "a remote worker and a compile")
-        (_, worker_pid), (_, build_pid) = cluster.pids("gpu-a-")[0], cluster.pids("compile-")[0]
+        wait_for(lambda: cluster.running_standins("gpu-a") and cluster.pids("compile-"), 300,
+                 "a remote worker and a compile")
+        (worker_pid,), [(_, build_pid)] = cluster.running_standins("gpu-a"), cluster.pids("compile-")
         assert pid_alive(worker_pid) and pid_alive(build_pid)
         cancel.set()
         runner.join(300)  # guards: a cancel is noticed in well under a second, the kills in seconds

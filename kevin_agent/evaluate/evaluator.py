@@ -5,6 +5,10 @@ verdicts and queue sizes as they change, and honours ``cancel`` (a running worke
 Compiles run in a thread pool; each compiled candidate goes to the first free lane (one per GPU,
 ``evaluate.lanes``). A task's baseline (eager and torch.compile) is measured once per GPU model
 and reused. ``make_evaluator`` picks the real evaluator or the replay double.
+
+The environment check, the compile of one candidate, where the lanes come from and a lane's thread
+are parts one can hand in; the Ray evaluator (``evaluate.ray_lanes``) is this pipeline with its
+cluster's parts, used through its public methods only.
 """
 
 from __future__ import annotations
@@ -29,35 +33,45 @@ from kevin_agent.evaluate.build.compile import CompileOutcome, compile_candidate
 from kevin_agent.evaluate.isolation import WorkerResult
 from kevin_agent.evaluate.lanes import DeviceInfo, GpuLane, LocalLane, local_devices, run_limit
 from kevin_agent.evaluate.protocol import Baseline, WorkerJob
-from kevin_agent.evaluate.scheduling import Batch, GpuItem, LaneQueue
+from kevin_agent.evaluate.scheduling import Batch, GpuItem, LaneQueue, Target
 from kevin_agent.evaluate.verdicts import build_details, compile_verdict, merge_build_details, static_verdict
 
 EVALUATOR_ENV = "KEVIN_EVALUATOR"
-Compiler = Callable[[str, BuildCache], CompileOutcome]  # one candidate's compile, results in the cache
+# one candidate's compile (its batch's cancel event), results in the cache
+Compiler = Callable[[str, BuildCache, threading.Event], CompileOutcome]
+LaneServer = Callable[[GpuLane, LaneQueue], None]  # a lane's thread: serve the lane from the queue
 NINJA_JOBS_PER_BUILD = 2  # a build has two compile steps (kernels, wrapper) that can overlap
 
 
 class CudaEvaluator(Evaluator):
-    """Judges candidates with this machine's nvcc and its GPUs (or the given ``lanes``).
+    """Judges candidates with this machine's nvcc and its GPUs (or another place's, handed in).
 
     ``worker_command`` replaces ``python -m kevin_agent.evaluate.worker`` (tests); ``devices``
-    replaces the detected GPUs (tests: fake devices with stand-in workers); ``lanes`` replaces
-    the local lanes altogether (a Ray cluster's); ``compiler`` replaces the local compile of one
-    candidate (it must leave the built entries in this evaluator's cache); ``jobs`` caps parallel
-    compiles (default: one per CPU core); ``spares`` worker processes wait ready on each lane.
+    replaces the detected GPUs (tests: fake devices with stand-in workers); ``compiler`` replaces
+    the local compile of one candidate (it must leave the built entries in this evaluator's cache);
+    ``jobs`` caps parallel compiles (default: one per CPU core); ``spares`` worker processes wait
+    ready on each lane. Another place (a Ray cluster) hands in ``environment`` (checks it, says
+    what to build for, may open the lanes), ``open_lanes`` (the lanes when none are open) and
+    ``serve`` (a lane's thread, default ``serve``).
     """
 
     def __init__(self, settings: EvalSettings = EvalSettings(), *,
                  worker_command: Optional[Sequence[str]] = None, jobs: Optional[int] = None,
-                 devices: Optional[Sequence[DeviceInfo]] = None, lanes: Optional[Sequence[GpuLane]] = None,
-                 compiler: Optional[Compiler] = None, spares: int = 3) -> None:
+                 devices: Optional[Sequence[DeviceInfo]] = None, compiler: Optional[Compiler] = None,
+                 spares: int = 3, environment: Optional[Callable[[], Target]] = None,
+                 open_lanes: Optional[Callable[[], Sequence[GpuLane]]] = None,
+                 serve: Optional[LaneServer] = None) -> None:
         self.settings = settings
         self.worker_command = worker_command
         self.jobs = jobs or max(1, os.cpu_count() or 2)
         self.spares = spares
         self._devices = list(devices) if devices is not None else None
-        self._lanes: list[GpuLane] = list(lanes or [])
-        self._compiler = compiler
+        self._lanes: list[GpuLane] = []
+        self._compiler = compiler or local_compile
+        self._local_compiles = compiler is None
+        self._environment = environment
+        self._open_lanes = open_lanes
+        self._serve = serve or self.serve
         self._protect: tuple[str, ...] = ()
         self._cache: Optional[BuildCache] = None
         self._arch: Optional[str] = None
@@ -79,14 +93,21 @@ class CudaEvaluator(Evaluator):
         return list(self._lanes)
 
     def check_environment(self) -> None:
-        """Raise EnvironmentProblem now (no CUDA torch, no nvcc, no device unless compile-only)."""
+        """Raise EnvironmentProblem now (no CUDA torch, no nvcc, no device unless compile-only;
+        or what the handed-in ``environment`` finds)."""
+        target = self._environment() if self._environment is not None else self._local_target()
+        self._arch, self.gpu_name = target.arch, target.gpu_name
+        self.jobs = target.jobs or self.jobs
+        if not self._lanes:
+            self._lanes = list(target.lanes)
+
+    def _local_target(self) -> Target:
         from kevin_agent.evaluate.environment import check_environment, resolve_arch
 
-        # stand-in workers, given devices or given lanes bring their own device requirement
+        # stand-in workers, given devices or lanes already open bring their own device requirement
         brought = self.worker_command is not None or self._devices is not None or bool(self._lanes)
         info = check_environment(compile_only=self.settings.compile_only or brought)
-        self._arch = resolve_arch(self.settings.arch, info)
-        self.gpu_name = info.gpu_name
+        return Target(resolve_arch(self.settings.arch, info), info.gpu_name)
 
     # -- start-up ------------------------------------------------------------------------------
 
@@ -105,7 +126,7 @@ class CudaEvaluator(Evaluator):
 
             self._protect = tuple(protected_paths())
             self._compiles = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="kevin-compile")
-            if self._compiler is None:  # compiles elsewhere need no local header
+            if self._local_compiles:  # compiles elsewhere need no local header
                 self._compiles.submit(self._cache.warm)  # the shared torch header, while candidates arrive
             self._book = BaselineBook(self.cache_dir / "baselines", fresh=self.settings.fresh_baselines)
             if not self.settings.compile_only:
@@ -114,19 +135,23 @@ class CudaEvaluator(Evaluator):
 
     def _start_lanes(self) -> None:
         if not self._lanes:
-            devices = self._devices if self._devices is not None else local_devices()
-            if not devices:
-                raise EnvironmentProblem("no CUDA device is visible to evaluate on")
-            env = {"TORCH_CUDA_ARCH_LIST": self._arch or ""}
-            self._lanes = [LocalLane(d, self.settings, worker_command=self.worker_command, extra_env=env,
-                                     spares=self.spares, cache_dir=self.cache_dir) for d in devices]
+            self._lanes = list(self._open_lanes()) if self._open_lanes is not None else self._local_lanes()
         self.gpu_name = self.gpu_name or self._lanes[0].device.name
+        self._queue = lane_queue = LaneQueue()  # each start's own: nothing of an earlier close is left in it
         for lane in self._lanes:
             lane.warm()  # torch import + CUDA init overlap the compiles
-            thread = threading.Thread(target=self._serve, args=(lane,), name=f"kevin-lane-{lane.name}",
+            thread = threading.Thread(target=self._serve, args=(lane, lane_queue), name=f"kevin-lane-{lane.name}",
                                       daemon=True)
             thread.start()
             self._threads.append(thread)
+
+    def _local_lanes(self) -> list[GpuLane]:
+        devices = self._devices if self._devices is not None else local_devices()
+        if not devices:
+            raise EnvironmentProblem("no CUDA device is visible to evaluate on")
+        env = {"TORCH_CUDA_ARCH_LIST": self._arch or ""}
+        return [LocalLane(d, self.settings, worker_command=self.worker_command, extra_env=env,
+                          spares=self.spares, cache_dir=self.cache_dir) for d in devices]
 
     def _sandbox_mode(self) -> str:
         """Probe the kernel's confinement once; say plainly when there is none (or refuse, when
@@ -170,13 +195,13 @@ class CudaEvaluator(Evaluator):
             self._ensure_started()
             batch.count(compiling=len(survivors))
             for index in survivors:
-                future = self._submit_compile(codes[index])
+                future = self._submit_compile(codes[index], batch.cancel)
                 future.add_done_callback(functools.partial(self._compiled, batch, index))
         return batch.wait()
 
-    def _submit_compile(self, code: str) -> Future[CompileOutcome]:
+    def _submit_compile(self, code: str, cancel: threading.Event) -> Future[CompileOutcome]:
         assert self._compiles is not None and self._cache is not None
-        return self._compiles.submit(self._compiler or compile_candidate, code, self._cache)
+        return self._compiles.submit(self._compiler, code, self._cache, cancel)
 
     def _compiled(self, batch: Batch, index: int, done: Future[CompileOutcome]) -> None:
         """A compile finished: settle a failure (or a compile-only result), else queue for a lane."""
@@ -199,22 +224,24 @@ class CudaEvaluator(Evaluator):
 
     # -- the lanes ---------------------------------------------------------------------------------
 
-    def _serve(self, lane: GpuLane) -> None:
-        """A lane's thread: take compiled candidates until the evaluator closes."""
+    def serve(self, lane: GpuLane, lane_queue: LaneQueue) -> None:
+        """A lane's thread: take compiled candidates from ``lane_queue`` until it is stopped."""
         while True:
-            item = self._queue.get()
+            item = lane_queue.get()
             if item is None:
                 return
             batch = item.batch
             try:
                 if not batch.cancel.is_set() and batch.error is None:
-                    self._run_item(lane, item)
+                    self.run_item(lane, item)
             except BaseException as err:  # the task fails, or a worker cannot start: the batch ends
                 batch.fail(err)
             finally:
                 batch.count(on_gpu=-1)
 
-    def _run_item(self, lane: GpuLane, item: GpuItem) -> None:
+    def run_item(self, lane: GpuLane, item: GpuItem) -> None:
+        """Run one compiled candidate on ``lane`` (its task's baseline first, when unknown there)
+        and settle its verdict; returns early when its batch is cancelled. Errors propagate."""
         batch = item.batch
         baseline, cached = self._baseline(lane, batch)
         if baseline is None:
@@ -296,6 +323,11 @@ class CudaEvaluator(Evaluator):
             compiles.shutdown(wait=False, cancel_futures=True)
 
 
+def local_compile(code: str, cache: BuildCache, cancel: threading.Event) -> CompileOutcome:
+    """This machine's compile of one candidate (a build that has started runs to its end)."""
+    return compile_candidate(code, cache)
+
+
 def make_evaluator(spec: Optional[str], settings: EvalSettings = EvalSettings()) -> Evaluator:
     """``None``/"cuda" -> CudaEvaluator (on a Ray cluster when ``settings.cluster`` says so);
     "replay:PATH" -> ReplayEvaluator (spec from $KEVIN_EVALUATOR)."""
@@ -303,7 +335,7 @@ def make_evaluator(spec: Optional[str], settings: EvalSettings = EvalSettings())
     if (spec is None or spec == "cuda") and settings.cluster:
         from kevin_agent.evaluate.ray_lanes import ray_evaluator  # Ray is imported only here
 
-        return ray_evaluator(settings, CudaEvaluator)  # handed in: ray_lanes never imports this module
+        return ray_evaluator(settings, CudaEvaluator)  # its pipeline, handed in: ray_lanes never imports this module
     if spec is None or spec == "cuda":
         return CudaEvaluator(settings)
     if spec.startswith("replay:"):

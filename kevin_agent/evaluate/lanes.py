@@ -7,11 +7,12 @@ the same ``GpuLane`` interface, so the evaluator's scheduler spreads candidates 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -96,12 +97,23 @@ class LocalLane(GpuLane):
 
     def run(self, job: WorkerJob, *, build_entries: Sequence[Path] = (),
             cancel: Optional[threading.Event] = None, timeout_s: Optional[float] = None,
-            on_wait: Optional[WaitCallback] = None, last: bool = False) -> WorkerResult:
+            on_wait: Optional[WaitCallback] = None, last: bool = False,
+            on_hold: Optional[Callable[[], None]] = None) -> WorkerResult:
+        """As ``GpuLane.run``; ``on_hold`` hears when the wait for the GPU's lease ended (the job
+        starts, or it was cancelled while waiting)."""
         result = self.pool.run(job, cancel=cancel, start_next=not last, timeout_s=timeout_s,
-                               gate=lambda: self.lease.hold(cancel, on_wait))
+                               gate=lambda: self._gate(cancel, on_wait, on_hold))
         result.verdict.details.lane = self.name
         result.verdict.details.gpu_uuid = result.verdict.details.gpu_uuid or self.device.uuid
         return result
+
+    @contextlib.contextmanager
+    def _gate(self, cancel: Optional[threading.Event], on_wait: Optional[WaitCallback],
+              on_hold: Optional[Callable[[], None]]) -> Iterator[bool]:
+        with self.lease.hold(cancel, on_wait) as held:
+            if on_hold is not None:
+                on_hold()
+            yield held
 
     def warm(self) -> None:
         self.pool.start_spare()

@@ -1,15 +1,17 @@
 """The evaluator on a Ray cluster: compiles as Ray tasks, GPU stages on the cluster's GPUs.
 
 ``ray_evaluator(settings, CudaEvaluator)`` (``settings.cluster``: "auto" or "ray://HEAD:10001")
-returns a ``RayEvaluator``: the same ``CudaEvaluator`` pipeline (static checks here, parallel compiles, one
-queue feeding every lane, baselines once per GPU model), with
+returns a ``RayEvaluator``, which holds a ``CudaEvaluator`` pipeline (static checks here, parallel
+compiles, one queue feeding every lane, baselines once per GPU model) and hands it the cluster's
+parts, using only the pipeline's public methods:
   - compiles sent to the cluster (``RemoteCompiler``): a Ray task (1 CPU, any node) builds the
     candidate into that node's own build cache and sends the entries back as bytes, unpacked into
     the local cache under the same key;
   - one ``RayLane`` per GPU of the cluster: a Ray actor (``num_gpus=1``) wrapping a ``LocalLane``
     on its node (``ray_worker.GpuNode``), so every candidate runs in the same fresh, killable,
     scrubbed worker process under the node's GPU lease as on a local GPU. The build entries a job
-    needs travel with it (or, when that node's toolchain differs, the node builds the candidate).
+    needs travel with it (or, when that node's toolchain differs, the node builds the candidate);
+  - the environment check (connect, the lanes, the architecture) and each lane's thread.
 
 Failures never hang a run: a lost node or killed actor turns the job into a retry on another lane
 (``MAX_ATTEMPTS``), then into a verdict; every wait has a limit; cancel cancels the compile tasks
@@ -32,22 +34,22 @@ import shlex
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 from kevin_agent import feedback
 from kevin_agent.data import Stage, Task, Verdict, VerdictDetails
 from kevin_agent.errors import EnvironmentProblem
 from kevin_agent.evaluate import ray_worker
-from kevin_agent.evaluate.api import EvalSettings, QueueCallback, VerdictCallback, WaitCallback
+from kevin_agent.evaluate.api import EvalSettings, Evaluator, QueueCallback, VerdictCallback, WaitCallback
 from kevin_agent.evaluate.build.cache import BuildCache, BuildResult
 from kevin_agent.evaluate.build.compile import CompileOutcome
 from kevin_agent.evaluate.isolation import WorkerResult
 from kevin_agent.evaluate.lanes import DeviceInfo, GpuLane
 from kevin_agent.evaluate.processes import crash_verdict
 from kevin_agent.evaluate.protocol import WorkerJob
-from kevin_agent.evaluate.scheduling import GpuItem, LaneQueue
+from kevin_agent.evaluate.scheduling import GpuItem, LaneQueue, Target
 
 WORKER_COMMAND_ENV = "KEVIN_RAY_WORKER_COMMAND"  # test seam: the GPU worker command on the nodes
 COMPILER_ENV = "KEVIN_RAY_COMPILER"  # test seam: "module:function" compiling one candidate on a node
@@ -87,26 +89,17 @@ class LaneLost(EnvironmentProblem):
     counted = True
 
 
-def ray_evaluator(settings: EvalSettings, pipeline: type, *, worker_command: Optional[Sequence[str]] = None,
-                  compile_function: Optional[str] = None, spares: int = 1) -> Any:
-    """The evaluator for ``settings.cluster``: ``pipeline`` (``CudaEvaluator``, handed in by
-    ``make_evaluator`` so this module never imports it back) with ``RayMixin`` on top.
+def ray_evaluator(settings: EvalSettings, pipeline: Callable[..., Pipeline], *,
+                  worker_command: Optional[Sequence[str]] = None, compile_function: Optional[str] = None,
+                  spares: int = 1) -> RayEvaluator:
+    """The evaluator for ``settings.cluster``: a ``RayEvaluator`` over a ``pipeline`` it makes
+    (``CudaEvaluator``, handed in by ``make_evaluator`` so this module never imports it back).
     EnvironmentProblem (one line) without Ray. ``worker_command`` and ``compile_function``
     ("module:function") are the test seams."""
     import_ray()
     command = worker_command or shlex.split(os.environ.get(WORKER_COMMAND_ENV, "")) or None
-    return ray_class(pipeline)(settings, worker_command=command, spares=spares,
-                               compile_function=compile_function or os.environ.get(COMPILER_ENV) or None)
-
-
-_classes: dict[type, type] = {}
-
-
-def ray_class(pipeline: type) -> type:
-    """``class RayEvaluator(RayMixin, pipeline)``, made once per pipeline class."""
-    if pipeline not in _classes:
-        _classes[pipeline] = type("RayEvaluator", (RayMixin, pipeline), {"__module__": __name__})
-    return _classes[pipeline]
+    return RayEvaluator(settings, pipeline, worker_command=command, spares=spares,
+                        compile_function=compile_function or os.environ.get(COMPILER_ENV) or None)
 
 
 # -- the connection ------------------------------------------------------------------------------
@@ -161,7 +154,7 @@ def _first_line(err: BaseException) -> str:
 class RemoteCompiler:
     """Compiles one candidate as a Ray task; its entries land in the local cache under their keys."""
 
-    def __init__(self, evaluator: RayMixin, reference: Optional[str]) -> None:
+    def __init__(self, evaluator: RayEvaluator, reference: Optional[str]) -> None:
         self.evaluator = evaluator
         self.reference = reference
         self.fingerprints: dict[str, Optional[str]] = {}  # cache key -> toolchain it was built with
@@ -241,7 +234,7 @@ def timed_out_compile(limit_s: float, seconds: float) -> CompileOutcome:
 class RayLane(GpuLane):
     """One GPU of the cluster: a ``GpuNode`` actor; replaced (wherever Ray finds a GPU) when lost."""
 
-    def __init__(self, number: int, evaluator: RayMixin) -> None:
+    def __init__(self, number: int, evaluator: RayEvaluator) -> None:
         self.number = number
         self.evaluator = evaluator
         self.device = DeviceInfo("unknown", f"ray-lane-{number}", number)
@@ -422,41 +415,68 @@ class _Watch:
 
 # -- the evaluator -------------------------------------------------------------------------------
 
-class RayMixin:
-    """Over ``CudaEvaluator`` (see ``ray_class``): its compiles and lanes are on the Ray cluster at
-    ``settings.cluster``. Overrides start-up (connect, lanes, arch), the compile submission (so a
-    cancel reaches the cluster), the lanes' threads (a lost lane's job runs again elsewhere) and close."""
+class Pipeline(Protocol):
+    """What a ``RayEvaluator`` uses of the pipeline it holds (``CudaEvaluator``): public methods only."""
 
-    # the pipeline's own state these overrides work with (set by CudaEvaluator.__init__)
-    settings: EvalSettings
-    jobs: int
-    spares: int
-    worker_command: Optional[Sequence[str]]
     gpu_name: Optional[str]
-    _arch: Optional[str]
-    _lanes: list[GpuLane]
-    _queue: LaneQueue
-    _compiles: Any
-    _cache: Optional[BuildCache]
 
-    def __init__(self, settings: EvalSettings, *, worker_command: Optional[Sequence[str]] = None,
-                 compile_function: Optional[str] = None, spares: int = 1) -> None:
-        self.compiler = RemoteCompiler(self, compile_function)
-        super().__init__(  # type: ignore[call-arg]  # CudaEvaluator's: a mixin
-            settings, worker_command=worker_command, spares=spares, compiler=self.compiler)
+    @property
+    def lanes(self) -> list[GpuLane]: ...
+
+    def check_environment(self) -> None: ...
+
+    def evaluate(self, task: Task, codes: Sequence[str], *, on_verdict: Optional[VerdictCallback] = None,
+                 on_queue: Optional[QueueCallback] = None, cancel: Optional[threading.Event] = None,
+                 on_wait: Optional[WaitCallback] = None) -> list[Verdict]: ...
+
+    def serve(self, lane: GpuLane, lane_queue: LaneQueue) -> None: ...
+
+    def run_item(self, lane: GpuLane, item: GpuItem) -> None: ...
+
+    def remeasure(self, task: Task) -> list[Any]: ...
+
+    def close(self) -> None: ...
+
+
+class RayEvaluator(Evaluator):
+    """The evaluator on the Ray cluster at ``settings.cluster``: it holds the local pipeline
+    (``pipeline``, made by the class handed in) and gives it the cluster's parts: the environment
+    check (connect, lanes, arch), the compile (``RemoteCompiler``: a cancel reaches the cluster),
+    the lanes (``RayLane``s) and a lane's thread (a lost lane's job runs again elsewhere)."""
+
+    def __init__(self, settings: EvalSettings, pipeline: Callable[..., Pipeline], *,
+                 worker_command: Optional[Sequence[str]] = None, compile_function: Optional[str] = None,
+                 spares: int = 1) -> None:
+        self.settings = settings
+        self.worker_command = worker_command
         self.compile_function = compile_function
+        self.spares = spares
         self.address = settings.cluster or "auto"
         self.resources: dict[str, float] = {}
+        self.compiler = RemoteCompiler(self, compile_function)
+        self._arch: Optional[str] = None
         self._actor_class: Any = None
-        self._closing = threading.Event()
-        self._local = threading.local()
         self._attempts: dict[int, tuple[int, int]] = {}  # id(item) -> (losses counted, requeues)
         self._down_lock = threading.Lock()
         self._all_down_since: Optional[float] = None
+        self.pipeline = pipeline(settings, worker_command=worker_command, spares=spares, compiler=self.compiler,
+                                 environment=self._target, open_lanes=self._open_lanes, serve=self._serve)
 
     @property
     def arch(self) -> Optional[str]:
         return self._arch
+
+    @property
+    def gpu_name(self) -> Optional[str]:  # the pipeline's, read through
+        return self.pipeline.gpu_name
+
+    @gpu_name.setter
+    def gpu_name(self, name: Optional[str]) -> None:
+        self.pipeline.gpu_name = name
+
+    @property
+    def lanes(self) -> list[GpuLane]:
+        return self.pipeline.lanes
 
     def gpu_node_class(self) -> Any:
         if self._actor_class is None:
@@ -465,35 +485,51 @@ class RayMixin:
                 num_gpus=1, num_cpus=0, max_concurrency=4, max_restarts=0, max_task_retries=0)
         return self._actor_class
 
-    # -- start-up ------------------------------------------------------------------------------
+    # -- what the pipeline is asked for -----------------------------------------------------------
 
     def check_environment(self) -> None:
+        self.pipeline.check_environment()  # which asks ``_target``
+
+    def evaluate(self, task: Task, codes: Sequence[str], *, on_verdict: Optional[VerdictCallback] = None,
+                 on_queue: Optional[QueueCallback] = None, cancel: Optional[threading.Event] = None,
+                 on_wait: Optional[WaitCallback] = None) -> list[Verdict]:
+        return self.pipeline.evaluate(task, codes, on_verdict=on_verdict, on_queue=on_queue, cancel=cancel,
+                                      on_wait=on_wait)
+
+    def remeasure(self, task: Task) -> list[Any]:
+        return self.pipeline.remeasure(task)
+
+    def close(self) -> None:
+        self.compiler.cancel_all()
+        self.pipeline.close()
+
+    # -- start-up (the pipeline's environment and lanes) -------------------------------------------
+
+    def _target(self) -> Target:
         """Connect; one-line EnvironmentProblem unless the cluster has CPUs for compiles and
         (unless compile-only) GPUs, and an architecture to build for is known."""
         self.resources = connect(self.address)
         if self.resources.get("CPU", 0) < 1:
             raise EnvironmentProblem(f"the Ray cluster at {self.address} has no CPU for compiles")
-        self.jobs = max(1, min(MAX_PARALLEL_COMPILES, int(self.resources["CPU"])))
-        if self._arch is None:
-            self._arch = self._requested_arch()
-        if not self.settings.compile_only and not self._lanes:
-            self._lanes = self._open_lanes()
-            self._arch = self._arch or self._lanes_arch()
+        jobs = max(1, min(MAX_PARALLEL_COMPILES, int(self.resources["CPU"])))
+        self._arch = self._arch or self._requested_arch()
+        lanes, opened = self.pipeline.lanes, []
+        if not self.settings.compile_only and not lanes:
+            lanes = opened = self._open_lanes()
+            self._arch = self._arch or lanes_arch(lanes)
         if not self._arch:
+            for lane in opened:
+                lane.close()
             raise EnvironmentProblem("no CUDA architecture to build for: set `arch` (e.g. 9.0) or "
                                      "TORCH_CUDA_ARCH_LIST; the cluster's GPUs did not say")
-        up = [lane for lane in self._lanes if isinstance(lane, RayLane) and lane.up]
-        self.gpu_name = up[0].device.name if up else None
+        up = [lane for lane in lanes if lane.up]
+        return Target(self._arch, up[0].device.name if up else None, jobs, lanes)
 
     def _requested_arch(self) -> Optional[str]:
         from kevin_agent.evaluate.build.flags import normalise_arch
 
         requested = self.settings.arch or os.environ.get("TORCH_CUDA_ARCH_LIST")
         return normalise_arch(requested) if requested else None
-
-    def _lanes_arch(self) -> Optional[str]:
-        capabilities = {lane.info.get("capability") for lane in self._lanes if isinstance(lane, RayLane)}
-        return ";".join(sorted(c for c in capabilities if c)) or None
 
     def _open_lanes(self) -> list[GpuLane]:
         """One lane per GPU of the cluster, their actors placed and their devices known."""
@@ -519,77 +555,53 @@ class RayMixin:
                 lane.drop()
             raise
 
-    def _start_lanes(self) -> None:
-        self._closing.clear()
-        self._queue = LaneQueue()  # no stop markers left from an earlier close
-        if not self._lanes:
-            self._lanes = self._open_lanes()
-        super()._start_lanes()  # type: ignore[misc]  # a mixin: CudaEvaluator, after it in the MRO, has it (ray_class)
-
-    # -- one batch -----------------------------------------------------------------------------
-
-    def evaluate(self, task: Task, codes: Sequence[str], *, on_verdict: Optional[VerdictCallback] = None,
-                 on_queue: Optional[QueueCallback] = None, cancel: Optional[threading.Event] = None,
-                 on_wait: Optional[WaitCallback] = None) -> list[Verdict]:
-        cancel = cancel or threading.Event()
-        self._local.cancel = cancel  # the compiles this call submits watch it
-        try:
-            return super().evaluate(  # type: ignore[misc]  # a mixin: CudaEvaluator has it (ray_class)
-                task, codes, on_verdict=on_verdict, on_queue=on_queue, cancel=cancel, on_wait=on_wait)
-        finally:
-            self._local.cancel = None
-
-    def _submit_compile(self, code: str) -> Any:
-        assert self._compiles is not None and self._cache is not None
-        return self._compiles.submit(self.compiler, code, self._cache, getattr(self._local, "cancel", None))
-
     # -- the lanes' threads --------------------------------------------------------------------
 
-    def _serve(self, lane: GpuLane) -> None:
+    def _serve(self, lane: GpuLane, lane_queue: LaneQueue) -> None:
         """A lane's thread: take compiled candidates while its node is up; bring it back when lost."""
         if not isinstance(lane, RayLane):
-            super()._serve(lane)  # type: ignore[misc]  # a mixin: CudaEvaluator, after it in the MRO, has it (ray_class)
+            self.pipeline.serve(lane, lane_queue)
             return
-        while not self._closing.is_set():
+        while not lane_queue.stopped:
             if not lane.up:
-                self._bring_up(lane)
+                self._bring_up(lane, lane_queue)
                 continue
-            item = self._queue.get()
+            item = lane_queue.get()
             if item is None:
                 return
             requeued = False
             try:
                 if not item.batch.cancel.is_set() and item.batch.error is None:
-                    requeued = self._run_or_retry(lane, item)
+                    requeued = self._run_or_retry(lane, item, lane_queue)
             except BaseException as err:  # the task fails, or a worker cannot start: the batch ends
                 item.batch.fail(err)
             finally:
                 if not requeued:
                     item.batch.count(on_gpu=-1)
 
-    def _run_or_retry(self, lane: RayLane, item: GpuItem) -> bool:
+    def _run_or_retry(self, lane: RayLane, item: GpuItem, lane_queue: LaneQueue) -> bool:
         """Run the item; when the lane is lost, queue it again (True) or, after ``MAX_ATTEMPTS``,
         settle it with a verdict."""
         requeued = False
         try:
-            self._run_item(lane, item)  # type: ignore[attr-defined]  # CudaEvaluator's, as above
+            self.pipeline.run_item(lane, item)
             return False
         except LaneLost as lost:
             counted, bounces = self._attempts.pop(id(item), (0, 0))
             counted, bounces = counted + int(lost.counted), bounces + 1
-            if counted >= MAX_ATTEMPTS or bounces >= MAX_BOUNCES or self._closing.is_set():
+            if counted >= MAX_ATTEMPTS or bounces >= MAX_BOUNCES or lane_queue.stopped:
                 reason = f"the GPU node evaluating it was lost {bounces} time(s); last: {lost}"
                 item.batch.settle(item.index, crash_verdict(reason, ""))
                 return False
             self._attempts[id(item)] = (counted, bounces)
             requeued = True
-            self._queue.put(item)
+            lane_queue.put(item)
             return True
         finally:
             if not requeued:  # it ended here (a verdict, or an error that fails its batch)
                 self._attempts.pop(id(item), None)
 
-    def _bring_up(self, lane: RayLane) -> None:
+    def _bring_up(self, lane: RayLane, lane_queue: LaneQueue) -> None:
         """Wait a little for the lane's (new) actor; when no lane has been up for a while, fail the
         queued candidates' batches instead of letting them wait for ever."""
         try:
@@ -600,31 +612,32 @@ class RayMixin:
         except Exception:  # the node refused (no device...): try again later, somewhere else
             time.sleep(1.0)
         with self._down_lock:
-            if any(isinstance(other, RayLane) and other.up for other in self._lanes):
+            if any(isinstance(other, RayLane) and other.up for other in self.pipeline.lanes):
                 self._all_down_since = None
                 return
             now = time.monotonic()
             self._all_down_since = self._all_down_since or now
             if now - self._all_down_since > NO_GPU_GRACE_S:
-                self._fail_queued(EnvironmentProblem(f"every GPU node of the Ray cluster at {self.address} "
-                                                     f"was lost for over {NO_GPU_GRACE_S:.0f} s"))
+                self._fail_queued(lane_queue, EnvironmentProblem(
+                    f"every GPU node of the Ray cluster at {self.address} was lost for over {NO_GPU_GRACE_S:.0f} s"))
 
-    def _fail_queued(self, error: EnvironmentProblem) -> None:
+    def _fail_queued(self, lane_queue: LaneQueue, error: EnvironmentProblem) -> None:
         """Fail the batches of the candidates queued now (never waits: another lane's thread may
         take the last one meanwhile)."""
         while True:
             try:
-                item = self._queue.get_nowait()
+                item = lane_queue.get_nowait()
             except queue.Empty:
                 return
             if item is None:
-                self._queue.stop(1)  # put the stop marker back for the other lanes
+                lane_queue.stop(1)  # put the stop marker back for the other lanes
                 return
             self._attempts.pop(id(item), None)
             item.batch.fail(error)
             item.batch.count(on_gpu=-1)
 
-    def close(self) -> None:
-        self._closing.set()
-        self.compiler.cancel_all()
-        super().close()  # type: ignore[misc]  # a mixin: CudaEvaluator, after it in the MRO, has it (ray_class)
+
+def lanes_arch(lanes: Sequence[GpuLane]) -> Optional[str]:
+    """The architectures the lanes' GPUs say they have (None when none says)."""
+    capabilities = {lane.info.get("capability") for lane in lanes if isinstance(lane, RayLane)}
+    return ";".join(sorted(c for c in capabilities if c)) or None

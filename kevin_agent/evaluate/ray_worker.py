@@ -29,7 +29,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -254,6 +254,13 @@ class JobState:
     waiting: Optional[str] = None
     running_since: Optional[float] = None
 
+    def wait(self, message: str) -> None:
+        self.waiting = message
+
+    def start(self) -> None:
+        """The wait for the GPU's lease ended."""
+        self.waiting, self.running_since = None, time.time()
+
 
 class GpuNode:
     """One GPU of this node, run as a Ray actor with ``num_gpus=1`` (Ray picks the GPU and sets
@@ -311,22 +318,11 @@ class GpuNode:
             # the sandbox lets the candidate read only these: this node's entries, not the client's paths
             job = dataclasses.replace(job, settings=settings, cache_dir=self.cache_root,
                                       build_entries=tuple(str(e) for e in entries))
-            result = self.lane.pool.run(job, cancel=state.cancel, start_next=not last, timeout_s=timeout_s,
-                                        gate=lambda: self._gate(state))
-            result.verdict.details.gpu_uuid = result.verdict.details.gpu_uuid or self.device.uuid
-            return result
+            return self.lane.run(job, cancel=state.cancel, timeout_s=timeout_s, on_wait=state.wait, last=last,
+                                 on_hold=state.start)
         finally:
             with self._lock:
                 self._jobs.pop(job_id, None)
-
-    @contextlib.contextmanager
-    def _gate(self, state: JobState) -> Iterator[bool]:
-        def waiting(message: str) -> None:
-            state.waiting = message
-
-        with self.lane.lease.hold(state.cancel, waiting) as held:
-            state.waiting, state.running_since = None, time.time()
-            yield held
 
     def _build_failed(self, outcome: CompileOutcome) -> WorkerResult:
         """The COMPILE verdict of a candidate that failed to build on this node."""

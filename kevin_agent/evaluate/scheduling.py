@@ -16,7 +16,20 @@ from typing import Optional
 
 from kevin_agent.data import Stage, Task, Verdict, VerdictDetails
 from kevin_agent.evaluate.api import QueueCallback, VerdictCallback, WaitCallback
+from kevin_agent.evaluate.lanes import GpuLane
 from kevin_agent.evaluate.verdicts import cancelled_verdict
+
+
+@dataclass(frozen=True)
+class Target:
+    """What an evaluator's environment check found: the architecture to build for, the GPU model
+    verdicts name, how many compiles may run at once (None: as configured) and the lanes it
+    opened on the way (a cluster's: their GPUs tell the architecture)."""
+
+    arch: Optional[str]
+    gpu_name: Optional[str] = None
+    jobs: Optional[int] = None
+    lanes: Sequence[GpuLane] = ()
 
 
 @dataclass
@@ -88,10 +101,12 @@ class Batch:
 
 
 class LaneQueue:
-    """Compiled candidates waiting for any lane (FIFO across batches)."""
+    """Compiled candidates waiting for any lane (FIFO across batches); ``stop`` ends the lanes'
+    threads (one ``None`` each) and marks it ``stopped``."""
 
     def __init__(self) -> None:
         self._items: queue.Queue[Optional[GpuItem]] = queue.Queue()
+        self._stopped = threading.Event()
 
     def put(self, item: GpuItem) -> None:
         self._items.put(item)
@@ -106,6 +121,11 @@ class LaneQueue:
     def empty(self) -> bool:
         return self._items.empty()
 
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
     def stop(self, lanes: int) -> None:
+        self._stopped.set()
         for _ in range(lanes):
             self._items.put(None)

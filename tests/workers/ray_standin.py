@@ -4,8 +4,11 @@ actor died). It reports where it ran: the node's name, its build cache and the e
 
 The candidate's source picks the mode with a "standin: MODE [SECONDS]" comment: normal, sleep S
 (a long GPU stage), hang, crash (SIGSEGV), killactor (SIGKILL to its parent, the node's GPU actor).
-With $KEVIN_TEST_PID_DIR set, it writes "<node>-<pid>" there when it takes a job, so tests can see
-which node runs what.
+A task with a "standin-baseline-ms: MS" comment gets a baseline of MS ms (a long run limit).
+When it takes a job it writes its node's name into ``STARTED_MARKER`` in its working folder (the
+job's own, under the node's scratch): a worker's environment is allow-listed and may be in a PID
+namespace, so tests find the host PID of a stand-in running a job by that file
+(``ray_cluster.LocalCluster.running_standins``), not by anything the stand-in could report.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from standin import write_baseline, write_result
 
+STARTED_MARKER = "ray-standin-started"  # written into the working folder when a job is taken
+
 
 def exit_when_orphaned() -> None:
     sys.stdin.buffer.read()
@@ -33,13 +38,14 @@ def main() -> None:
     threading.Thread(target=exit_when_orphaned, daemon=True).start()
     with open(job_path) as handle:
         job = json.load(handle)
-    if job.get("measure_baseline"):
-        write_baseline(job["result_path"])
+    if job.get("measure_baseline"):  # a "standin-baseline-ms: MS" comment in the task sets its time
+        slow = re.search(r"standin-baseline-ms: ([\d.]+)", job["task_source"])
+        ms = float(slow.group(1)) if slow else 1.2
+        write_baseline(job["result_path"], ms, ms)
         return
     node = os.environ.get("KEVIN_RAY_NODE_NAME", "?")
-    folder = os.environ.get("KEVIN_TEST_PID_DIR")
-    if folder:
-        open(os.path.join(folder, f"{node}-{os.getpid()}"), "w").close()
+    with open(STARTED_MARKER, "w") as marker_file:  # in the working folder the pool gave this job
+        marker_file.write(node)
     marker = re.search(r"standin: (\w+)(?: ([\d.]+))?", job["candidate_source"])
     mode, seconds = (marker.group(1), float(marker.group(2) or 0)) if marker else ("normal", 0.0)
     ext = os.path.join(job["cache_dir"], "ext")

@@ -43,11 +43,11 @@ def write_result(path: str, info: dict) -> None:
     os.replace(tmp, path)
 
 
-def write_baseline(path: str) -> None:
-    """A baseline job's reply: the reference 'timed' at 1.2 ms eager, 0.8 ms compiled."""
+def write_baseline(path: str, eager_ms: float = 1.2, compiled_ms: float = 0.8) -> None:
+    """A baseline job's reply: the reference 'timed' at 1.2 ms eager, 0.8 ms compiled (by default)."""
     stats = lambda ms: {"median_ms": ms, "mean_ms": ms, "min_ms": ms, "max_ms": ms, "iqr_ms": 0.0,  # noqa: E731
                         "trials": 20, "ci_low_ms": ms, "ci_high_ms": ms}
-    reply = {"baseline": {"eager": stats(1.2), "compiled": stats(0.8), "gpu_name": "stand-in"}}
+    reply = {"baseline": {"eager": stats(eager_ms), "compiled": stats(compiled_ms), "gpu_name": "stand-in"}}
     tmp = path + ".tmp"
     with open(tmp, "w") as handle:
         json.dump(reply, handle)
