@@ -17,7 +17,7 @@ POLICIES: tuple[Policy, ...] = (STRICT, PARTIAL)
 DEFAULT_POLICY: Policy = STRICT
 
 SandboxMode = Literal["auto", "required", "off"]
-SANDBOX_MODES: tuple[SandboxMode, ...] = ("auto", "required", "off")  # = sandbox.enforce.MODES
+SANDBOX_MODES: tuple[SandboxMode, ...] = ("auto", "required", "off")  # sandbox.enforce.MODES is this
 DEFAULT_SANDBOX: SandboxMode = "auto"  # confine when the kernel can, say so when it cannot
 
 _T = TypeVar("_T", bound=str)

@@ -17,8 +17,9 @@ import errno
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Optional, Union
+from typing import Any, Optional, Union
 
+from kevin_agent.eval_modes import SANDBOX_MODES, SandboxMode
 from kevin_agent.evaluate.sandbox import landlock, seccomp
 from kevin_agent.evaluate.sandbox._sys import SyscallError, thread_count
 from kevin_agent.evaluate.sandbox.limits import apply_limits
@@ -26,8 +27,8 @@ from kevin_agent.evaluate.sandbox.policy import SandboxPolicy
 from kevin_agent.evaluate.sandbox.privileges import drop_capabilities, set_no_new_privs
 from kevin_agent.evaluate.sandbox.support import SandboxSupport, probe
 
-Mode = Literal["auto", "required", "off"]
-MODES: tuple[str, ...] = ("auto", "required", "off")
+Mode = SandboxMode  # defined once, in kevin_agent.eval_modes
+MODES: tuple[str, ...] = SANDBOX_MODES
 
 
 class SandboxUnavailable(RuntimeError):
