@@ -106,3 +106,40 @@ def test_a_compile_error_of_the_sources_is_cached(tmp_path, monkeypatch):
     assert stored.log_path and Path(stored.log_path).is_file()
     assert leftovers(cache) == []
     assert cache.build(SPEC).cache_hit
+
+
+def test_a_listing_that_timed_out_is_listed_again_on_the_next_hit(tmp_path, monkeypatch):
+    """A kernel listing that failed for the moment (a loaded host) does not stick to the entry:
+    the next hit lists it again and stores the listing once it works; a module's own failure stays."""
+    from kevin_agent.evaluate.build import cache as cache_module
+    from kevin_agent.evaluate.build.listing import failed_listing
+
+    def built(tmp: Path) -> BuildResult:
+        (tmp / "m.so").write_bytes(b"\x7fELF")
+        return BuildResult(ok=True, seconds=0.0, cache_hit=False, log_path=None, errors="", path="split",
+                           module_path=str(tmp / "m.so"))
+
+    good = {"module_path": "m.so", "kernels": ["k"], "notes": []}
+    answers = [lambda p: failed_listing(p, "it did not finish within 60 s"), lambda p: good]
+    calls: list[str] = []
+
+    def listing(path: str, sandbox: str = "auto") -> dict:
+        calls.append(path)
+        return answers[min(len(calls), len(answers)) - 1](path)
+
+    monkeypatch.setattr(cache_module, "kernel_listing", listing)
+    cache = stand_in_cache(tmp_path, monkeypatch, built)
+    first = cache.build(SPEC)
+    assert first.ok and first.kernels and first.kernels["notes"][0].startswith("listing failed: it did not finish")
+    second = cache.build(SPEC)
+    assert second.cache_hit and second.kernels == good and len(calls) == 2  # listed again, on the entry's module
+    assert calls[1] == str(entry_dir(cache.root, KEY) / "m.so")
+    third = cache.build(SPEC)
+    assert third.kernels == good and len(calls) == 2  # stored: no third listing
+    assert sorted(p.name for p in entry_dir(cache.root, KEY).iterdir()) == ["m.so", "result.json"]
+
+    answers[:] = [lambda p: failed_listing(p, "no listing came back (bad json)")]  # the module's own failure
+    monkeypatch.setattr(BuildCache, "key", lambda self, spec: "cd" * 32)
+    cache.build(SPEC)
+    cache.build(SPEC)
+    assert len(calls) == 3  # listed once: a failure of the module is cached like a compile error

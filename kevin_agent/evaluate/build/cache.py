@@ -34,7 +34,7 @@ from typing import Any, Optional
 from kevin_agent.evaluate.build.chunks import SplitRefused
 from kevin_agent.evaluate.build.flags import Toolchain, pch_flags, toolchain
 from kevin_agent.evaluate.build.layout import Layout, split_layout, whole_layout
-from kevin_agent.evaluate.build.listing import kernel_listing
+from kevin_agent.evaluate.build.listing import failed_for_now, kernel_listing
 from kevin_agent.evaluate.build.log import errors_only_in, sandbox_refused, trim_errors
 from kevin_agent.evaluate.build.ninja_file import Confine, append_log, ensure_pch, file_lock, run_ninja, write_ninja
 from kevin_agent.evaluate.build.split import SOURCE_NAME
@@ -145,17 +145,31 @@ class BuildCache:
         key = self.key(spec)
         final = entry_dir(self.root, key)
         hit = _read_entry(final, start)
-        if hit is not None:
+        if hit is not None and not _listed_later(hit):
             return hit
         with file_lock(self.root / "locks" / f"{key}.lock"):
             hit = _read_entry(final, start)
             if hit is not None:
-                return hit
+                return self._list_again(hit, final) if _listed_later(hit) else hit
             tmp = Path(tempfile.mkdtemp(prefix=f"{key[:16]}-", dir=_mkdir(self.root / "tmp")))
             try:
                 return self._build_and_store(spec, key, tmp, final, start)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)  # gone after a rename; else never left behind
+
+    def _list_again(self, hit: BuildResult, final: Path) -> BuildResult:
+        """``hit`` with its kernels listed again (its stored listing failed for the moment: a
+        timeout on a loaded host); the entry's result is replaced when this listing worked."""
+        assert hit.module_path is not None
+        hit.kernels = kernel_listing(hit.module_path, self.sandbox)
+        stored = read_result(final)
+        if stored is not None and not failed_for_now(hit.kernels):
+            stored.kernels = hit.kernels
+            fresh = final / f"result.json.{os.getpid()}.new"
+            fresh.unlink(missing_ok=True)  # left by an interrupted earlier attempt
+            write_new(fresh, json.dumps(asdict(stored)))
+            os.replace(fresh, final / "result.json")  # the parent makes and owns every entry
+        return hit
 
     def _build_and_store(self, spec: ExtensionSpec, key: str, tmp: Path, final: Path, start: float) -> BuildResult:
         """Build in ``tmp``, then rename it to ``final`` (the entry) unless the failure is not the
@@ -298,6 +312,11 @@ def read_result(final: Path) -> BuildResult | None:
         return None
     known = {f.name for f in fields(BuildResult)}
     return BuildResult(**{k: v for k, v in raw.items() if k in known})
+
+
+def _listed_later(result: BuildResult) -> bool:
+    """A built module whose kernel listing failed for a reason not its own: list it again."""
+    return result.ok and result.module_path is not None and failed_for_now(result.kernels)
 
 
 def _read_entry(final: Path, start: float) -> BuildResult | None:

@@ -45,6 +45,17 @@ def failed_listing(module_path: str, why: str) -> dict[str, Any]:
     return ExtensionKernels(module_path, (), notes=(f"listing failed: {why}",)).to_dict()
 
 
+# Failures of this machine at that moment (a loaded host, no process slot), not of the module:
+# a build whose listing failed so is not cached, so the next evaluation lists it again.
+TRANSIENT_FAILURES = ("listing failed: it did not finish within", "listing failed: the listing child did not start")
+
+
+def failed_for_now(listing: dict[str, Any] | None) -> bool:
+    """Whether ``listing`` failed for a reason that is not the module's own (see TRANSIENT_FAILURES)."""
+    notes = (listing or {}).get("notes") or ()
+    return any(str(note).startswith(TRANSIENT_FAILURES) for note in notes)
+
+
 def open_module(module_path: str) -> int:
     """A descriptor of the module: a regular file under MAX_LISTED_BYTES, not through a link."""
     fd = os.open(module_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
