@@ -11,7 +11,7 @@ from typing import Any
 
 from kevin_agent.data import Stage, Verdict, VerdictDetails
 from kevin_agent.evaluate.api import EvalSettings
-from kevin_agent.evaluate.worker.correctness import to_device
+from kevin_agent.evaluate.worker.correctness import make_inputs, to_device
 from kevin_agent.evaluate.worker.guards import (
     CapturedReferences,
     find_patched,
@@ -78,14 +78,14 @@ class Context:
     def timing_inputs(self, task: Any) -> Any:
         """The inputs the baseline times the reference on (their own seed, apart from correctness)."""
         self.seed_all(self.settings.seed + TIMING_SEED_OFFSET)
-        return to_device(task.get_inputs(), self.device)
+        return make_inputs(task.get_inputs, self.device)
 
     def unpredictable_inputs(self, task: Any) -> Any:
         """One input set from a seed drawn with os.urandom (the candidate cannot know it)."""
         import os
 
         self.seed_all(int.from_bytes(os.urandom(8), "little") >> 1)
-        return to_device(task.get_inputs(), self.device)
+        return make_inputs(task.get_inputs, self.device)
 
 
 def environment_details(device: Any) -> VerdictDetails:

@@ -37,7 +37,7 @@ from kevin_agent.evaluate.provenance.policy import (
 from kevin_agent.evaluate.provenance.profile import HEAD_PADDING, IncompleteProfile, ProfilerHandles, profile_forward
 from kevin_agent.evaluate.provenance.symbols import ExtensionKernels, list_kernels, source_kernels
 from kevin_agent.evaluate.provenance.trace import KernelActivity, launch_count
-from kevin_agent.evaluate.worker.correctness import to_device
+from kevin_agent.evaluate.worker.correctness import make_inputs
 from kevin_agent.evaluate.worker.guards import CapturedReferences, snapshot
 from kevin_agent.evaluate.worker.loader import describe_exception, raised_by_generated_code
 
@@ -93,7 +93,7 @@ def unavailable_reason() -> Optional[str]:
 
 def provenance_inputs(ctx: Any, task: Any) -> Any:
     ctx.seed_all(ctx.settings.seed + PROVENANCE_SEED_OFFSET)
-    return to_device(task.get_inputs(), ctx.device)
+    return make_inputs(task.get_inputs, ctx.device)
 
 
 def own_kernels(results: Iterable[Any]) -> tuple[OwnKernels, list[ExtensionKernels]]:

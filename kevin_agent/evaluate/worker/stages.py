@@ -25,9 +25,9 @@ from kevin_agent.evaluate.worker.correctness import (
     RefusedOutput,
     check_outputs,
     keep_output,
+    make_inputs,
     refill_inputs,
     run_correctness,
-    to_device,
 )
 from kevin_agent.evaluate.worker.guards import CapturedReferences, snapshot
 from kevin_agent.evaluate.worker.loader import (
@@ -205,7 +205,7 @@ def _load_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, task: Any, in
         if ctx.patched():
             return ctx.fail(Stage.LOAD, ctx.patched() or "")
         ctx.seed_all(ctx.settings.seed)
-        inputs = to_device(task.get_inputs(), ctx.device)
+        inputs = make_inputs(task.get_inputs, ctx.device)
         ctx.poison()
         with torch.no_grad():
             candidate(*snapshot(inputs))
