@@ -248,10 +248,10 @@ def render_breakdown(result: dict[str, Any]) -> list[str]:
 def _verdict_row(verdict: Any) -> dict[str, Any]:
     d = verdict.details
     return {"stage": verdict.stage.value, "ok": verdict.ok, "correct": verdict.correct,
-            "speedup_vs_eager": d.speedup_vs_eager, "speedup_vs_compile": d.speedup_vs_compile,
-            "kernel_ms": d.kernel.median_ms if d.kernel else None,
-            "kernel_trials": d.kernel.trials if d.kernel else None,
-            "build_s": d.build_seconds, "stage_s": dict(d.stage_seconds),
+            "speedup_vs_eager": d.timing.speedup_vs_eager, "speedup_vs_compile": d.timing.speedup_vs_compile,
+            "kernel_ms": d.timing.kernel.median_ms if d.timing.kernel else None,
+            "kernel_trials": d.timing.kernel.trials if d.timing.kernel else None,
+            "build_s": d.build.seconds, "stage_s": dict(d.environment.stage_seconds),
             "message": verdict.message.splitlines()[0]}
 
 

@@ -24,6 +24,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kevin_agent.data import Verdict  # noqa: E402
+
 FIXTURES = ROOT / "tests" / "fixtures" / "kernels"
 
 
@@ -42,11 +46,11 @@ def timed_eval(task: Path, candidate: Path, cache: Path) -> dict[str, Any]:
     wall = time.perf_counter() - started
     row: dict[str, Any] = {"wall_s": round(wall, 2), "exit": done.returncode}
     try:
-        verdict = json.loads(done.stdout)
-        details = verdict["details"]
-        row.update(stage=verdict["stage"], ok=verdict["ok"], cache_hit=details.get("cache_hit"),
-                   build_s=details.get("build_seconds"), baseline_cached=details.get("baseline_cached"),
-                   baseline_s=details.get("baseline_seconds"))
+        verdict = Verdict.from_dict(json.loads(done.stdout))
+        details = verdict.details
+        row.update(stage=verdict.stage.value, ok=verdict.ok, cache_hit=details.build.cache_hit,
+                   build_s=details.build.seconds, baseline_cached=details.timing.baseline_cached,
+                   baseline_s=details.timing.baseline_seconds)
     except (ValueError, KeyError):
         row["stderr_tail"] = done.stderr[-800:]
     return row

@@ -28,10 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kevin_agent.data import EnvironmentRecord, Verdict
+
 HERE = Path(__file__).resolve().parent
 MARKER = re.compile(r"^# demo answer [^\n]*$", re.MULTILINE)
 TARGET = "fused_gelu.py::FusedGELU"
-MACHINE_LOCAL = ("build_log_path",)  # paths on the recording host mean nothing elsewhere
 
 
 def marker_of(code: str) -> str:
@@ -44,28 +45,26 @@ def marker_of(code: str) -> str:
 
 def verdicts_document(record: Any, command: str) -> dict[str, Any]:
     """The replay file for a stored run (``RunRecord``): by_marker -> verdict, plus what was recorded."""
-    by_marker: dict[str, Any] = {}
+    by_marker: dict[str, Verdict] = {}
     for candidate, verdict in record.candidates:
         if verdict is None:
             raise SystemExit(f"record_verdicts: {candidate.id} has no verdict (run {record.run_id} is "
                              f"{record.status})")
-        raw = verdict.to_dict()
-        details = raw["details"]
-        details["measured_in"] = record.run_id
-        details["replayed"] = False
-        for key in MACHINE_LOCAL:
-            details[key] = None
-        by_marker[marker_of(candidate.code or candidate.response)] = raw
-    measured = [v["details"] for v in by_marker.values() if v["details"].get("torch_version")]
-    some = measured[0] if measured else {}  # a compile error has no torch or CUDA version
+        recorded = Verdict.from_dict(verdict.to_dict())  # a copy: the stored run stays as it is
+        recorded.details.environment.measured_in = record.run_id
+        recorded.details.environment.replayed = False
+        recorded.details.build.log_path = None  # paths on the recording host mean nothing elsewhere
+        by_marker[marker_of(candidate.code or candidate.response)] = recorded
+    measured = [v.details.environment for v in by_marker.values() if v.details.environment.torch_version]
+    some = measured[0] if measured else EnvironmentRecord()  # a compile error has no torch or CUDA version
     return {
         "recorded": {
             "gpu_name": record.gpu_name, "run_id": record.run_id,
-            "torch_version": some.get("torch_version"), "cuda_version": some.get("cuda_version"),
+            "torch_version": some.torch_version, "cuda_version": some.cuda_version,
             "date": time.strftime("%Y-%m-%d"), "command": command,
             "note": "real verdicts, written by examples/record_verdicts.py",
         },
-        "by_marker": by_marker,
+        "by_marker": {marker: v.to_dict() for marker, v in by_marker.items()},
     }
 
 

@@ -1,8 +1,9 @@
 """The data that flows through kevin-agent: tasks, candidates, verdicts.
 
 Plain dataclasses that serialise to JSON (``to_dict`` / ``from_dict``). Failures are data:
-a ``Verdict`` with ``ok=False`` carries strings, never exception objects. This module imports
-only the standard library so it loads on a bare GPU host.
+a ``Verdict`` with ``ok=False`` carries strings, never exception objects. A verdict's evidence is
+one record per stage (``verdict_records``, re-exported here). This module imports only the standard
+library (and ``verdict_records``, which does too) so it loads on a bare GPU host.
 """
 
 from __future__ import annotations
@@ -12,23 +13,36 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from kevin_agent.verdict_records import (
+    BEYOND_SPEED_OF_LIGHT,
+    ESCAPED_STREAM,
+    IMPLAUSIBLE_SPEEDUP,
+    PROVENANCE_UNCHECKED,
+    TIMED_BELOW_PROFILE,
+    TRUST_FLAGS,
+    UNCLASSIFIED,
+    BuildRecord,
+    CorrectnessRecord,
+    EnvironmentRecord,
+    ProvenanceRecord,
+    TimingRecord,
+    TimingStats,
+    TrustFlag,
+    TrustRecord,
+    record_from_dict,
+    timing_from_dict,
+    trust_from_dict,
+)
+
+__all__ = [
+    "BEYOND_SPEED_OF_LIGHT", "ESCAPED_STREAM", "IMPLAUSIBLE_SPEEDUP", "PROVENANCE_UNCHECKED",
+    "TIMED_BELOW_PROFILE", "TRUST_FLAGS", "UNCLASSIFIED", "BuildRecord", "Candidate", "CorrectnessRecord",
+    "EnvironmentRecord", "Message", "ProvenanceRecord", "Stage", "Task", "TaskOrigin", "TimingRecord",
+    "TimingStats", "TrustFlag", "TrustRecord", "Verdict", "VerdictDetails", "classify_reason", "flag_untrusted",
+]
+
 REPLAY_GPU_NAME = "replay"  # the gpu_name of recorded verdicts: never a measurement on this machine
 
-# Why the evaluator does not trust a result: stable names (exports, tools) -> a short label for people.
-ESCAPED_STREAM = "escaped_stream"  # work ran where the timed stream does not wait for it
-BEYOND_SPEED_OF_LIGHT = "beyond_speed_of_light"  # faster than the GPU's peak rates allow
-IMPLAUSIBLE_SPEEDUP = "implausible_speedup"  # over 10x PyTorch eager
-PROVENANCE_UNCHECKED = "provenance_unchecked"  # what ran on the GPU could not be attributed
-TIMED_BELOW_PROFILE = "timed_below_profile"  # the events measured less than the profiler saw one call use
-UNCLASSIFIED = "unclassified"  # an older verdict's flag whose reason names none of the above
-TRUST_FLAGS: dict[str, str] = {
-    ESCAPED_STREAM: "work escaped the timed stream",
-    BEYOND_SPEED_OF_LIGHT: "faster than speed of light",
-    IMPLAUSIBLE_SPEEDUP: "implausible speedup",
-    PROVENANCE_UNCHECKED: "provenance not checked",
-    TIMED_BELOW_PROFILE: "timed below the profiler's record",
-    UNCLASSIFIED: "flagged",
-}
 # Older verdicts recorded only reasons: the wording each check used, to name its flag again.
 _REASON_PREFIXES: tuple[tuple[str, str], ...] = (
     ("work escapes the timed stream", ESCAPED_STREAM),
@@ -124,50 +138,6 @@ class Candidate:
         return cls(**{k: v for k, v in raw.items() if k in names})
 
 
-@dataclass
-class TimingStats:
-    """Milliseconds over ``trials`` timed runs."""
-
-    median_ms: float
-    mean_ms: float
-    min_ms: float
-    max_ms: float
-    iqr_ms: float
-    trials: int
-    ci_low_ms: float | None = None  # 95% confidence interval of the median (order statistics)
-    ci_high_ms: float | None = None
-
-    @property
-    def spread(self) -> float:
-        """Interquartile range relative to the median."""
-        return self.iqr_ms / self.median_ms if self.median_ms > 0 else 0.0
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> TimingStats:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in raw.items() if k in names})
-
-    @property
-    def interval(self) -> tuple[float, float]:
-        """The median's confidence interval (the median itself when none was measured)."""
-        low = self.ci_low_ms if self.ci_low_ms is not None else self.median_ms
-        high = self.ci_high_ms if self.ci_high_ms is not None else self.median_ms
-        return low, high
-
-
-@dataclass(frozen=True)
-class TrustFlag:
-    """One trust check that fired: its stable ``name`` (a ``TRUST_FLAGS`` key) and why, for people."""
-
-    name: str
-    reason: str
-
-    @property
-    def label(self) -> str:
-        """The short label every face shows ("faster than speed of light")."""
-        return TRUST_FLAGS.get(self.name, self.name.replace("_", " "))
-
-
 def classify_reason(reason: str) -> str:
     """The flag name of a reason recorded without one (older verdicts); ``UNCLASSIFIED`` if unknown."""
     text = reason.strip().lower()
@@ -181,91 +151,45 @@ def classify_reason(reason: str) -> str:
 
 @dataclass
 class VerdictDetails:
-    """Numbers and evidence for the user. Every field is optional."""
+    """Numbers and evidence for the user: one record per stage (``verdict_records``), each field
+    optional. ``static_rule`` and ``error`` are one string each, from the static checks and from a
+    failed build, load or run."""
 
-    # correctness
-    trials_passed: int | None = None
-    trials_total: int | None = None
-    max_abs_error: float | None = None
-    max_rel_error: float | None = None
-    atol: float | None = None
-    rtol: float | None = None
-    # correctness against a float64 run of the reference (max abs errors; None when not computed)
-    error_vs_fp64: float | None = None  # the candidate's
-    reference_error_vs_fp64: float | None = None  # eager's own (the reference in its own precision)
-    rms_error_vs_fp64: float | None = None
-    reference_rms_error_vs_fp64: float | None = None
-    fp64_accepted: bool | None = None  # True: passed only by the float64 rule (outside atol/rtol of eager)
-    # provenance: what ran on the GPU in one profiled forward call (evaluate/provenance)
-    kernels: list[dict[str, Any]] | None = None  # {name, origin, calls, ms, share, role, family}, largest first
-    own_share: float | None = None  # the candidate's own kernels' share of the GPU time
-    foreign_share: float | None = None
-    provenance_policy: str | None = None  # "strict" | "partial"
-    provenance_ok: bool | None = None
-    partial_would_accept: bool | None = None  # strict rejections: whether partial would have accepted
-    provenance_reasons: list[str] = field(default_factory=list)
-    reference_launches: int | None = None  # GPU launches of one reference forward (partial's yardstick)
-    provenance_summary: str | None = None  # one line for the user
-    # timing
-    eager: TimingStats | None = None
-    compiled: TimingStats | None = None  # torch.compile reference
-    kernel: TimingStats | None = None
-    torch_compile_seconds: float | None = None  # time torch.compile took to build, reported apart
-    speedup_vs_eager: float | None = None
-    speedup_vs_compile: float | None = None
-    # speed of light
-    flops: float | None = None
-    bytes_moved: float | None = None
-    sol_ms: float | None = None
-    sol_fraction: float | None = None
-    suspicious: bool = False  # not trusted (kept with the reasons for older readers; see ``trust_flags``)
-    suspicious_reasons: list[str] = field(default_factory=list)
-    trust_flags: list[TrustFlag] = field(default_factory=list)  # the trust checks that fired (``flag_untrusted``)
-    # build
-    build_seconds: float | None = None
-    cache_hit: bool | None = None
-    build_log_path: str | None = None
-    build_path: str | None = None  # "split" (fast path) or "whole" (fallback)
-    compiler_errors: str | None = None
-    # static
-    static_rule: str | None = None
-    # run-time failure
-    error: str | None = None
-    # environment
-    gpu_name: str | None = None
-    torch_version: str | None = None
-    cuda_version: str | None = None
-    gpu_uuid: str | None = None  # the physical device it ran on
-    lane: str | None = None  # which lane of the evaluator ran it, e.g. "cuda:0" or "ray:node-2/cuda:1"
-    baseline_cached: bool | None = None  # eager / torch.compile timings reused, not re-measured
-    baseline_seconds: float | None = None  # how long measuring them took, when this evaluation did
-    sandbox: str | None = None  # how the candidate was confined: "landlock abi 7 + seccomp", "none (why)"
-    stage_seconds: dict[str, float] = field(default_factory=dict)  # the worker's seconds per stage, in order
-    # provenance: a recorded verdict served again (evaluate/replay.py), never measured here
-    replayed: bool = False
-    measured_in: str | None = None  # the run id the recorded verdict was measured in
+    build: BuildRecord = field(default_factory=BuildRecord)
+    correctness: CorrectnessRecord = field(default_factory=CorrectnessRecord)
+    provenance: ProvenanceRecord = field(default_factory=ProvenanceRecord)
+    timing: TimingRecord = field(default_factory=TimingRecord)
+    trust: TrustRecord = field(default_factory=TrustRecord)
+    environment: EnvironmentRecord = field(default_factory=EnvironmentRecord)
+    static_rule: str | None = None  # the first static rule that fired
+    error: str | None = None  # run-time failure
 
     def to_dict(self) -> dict[str, Any]:
+        """The nested form: one object per record, then ``static_rule`` and ``error``."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> VerdictDetails:
-        names = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in raw.items() if k in names}
-        for key in ("eager", "compiled", "kernel"):
-            if isinstance(values.get(key), dict):
-                values[key] = TimingStats.from_dict(values[key])
-        values["trust_flags"] = [TrustFlag(str(f.get("name", UNCLASSIFIED)), str(f.get("reason", "")))
-                                 for f in values.get("trust_flags") or [] if isinstance(f, dict)]
-        return cls(**values)
+        """Reads the nested form and the older flat one (one object of ~50 keys, still in stored
+        runs and recorded files); unknown keys are ignored."""
+        return cls(
+            build=record_from_dict(BuildRecord, raw.get("build"), raw),
+            correctness=record_from_dict(CorrectnessRecord, raw.get("correctness"), raw),
+            provenance=record_from_dict(ProvenanceRecord, raw.get("provenance"), raw),
+            timing=timing_from_dict(raw.get("timing"), raw),
+            trust=trust_from_dict(raw.get("trust"), raw),
+            environment=record_from_dict(EnvironmentRecord, raw.get("environment"), raw),
+            static_rule=raw.get("static_rule"),
+            error=raw.get("error"),
+        )
 
     def all_trust_flags(self) -> list[TrustFlag]:
         """Every reason not to trust the result: the recorded flags, then reasons recorded without
         a flag (older verdicts) named by their wording; "flagged" alone still counts."""
-        flags = list(self.trust_flags)
+        flags = list(self.trust.flags)
         named = {f.reason for f in flags}
-        flags += [TrustFlag(classify_reason(r), r) for r in self.suspicious_reasons if r not in named]
-        if self.suspicious and not flags:
+        flags += [TrustFlag(classify_reason(r), r) for r in self.trust.reasons if r not in named]
+        if self.trust.suspicious and not flags:
             flags.append(TrustFlag(UNCLASSIFIED, "flagged as untrusted, no reason recorded"))
         return flags
 
@@ -273,9 +197,10 @@ class VerdictDetails:
 def flag_untrusted(details: VerdictDetails, name: str, reason: str) -> None:
     """Record that the trust check ``name`` fired: the verdict earns nothing and is never a best.
     A module function, not a method: the worker's guards watch module functions for patches."""
-    details.trust_flags = [*details.trust_flags, TrustFlag(name, reason)]
-    details.suspicious_reasons = [*details.suspicious_reasons, reason]
-    details.suspicious = True
+    trust = details.trust
+    trust.flags = [*trust.flags, TrustFlag(name, reason)]
+    trust.reasons = [*trust.reasons, reason]
+    trust.suspicious = True
 
 
 @dataclass
@@ -321,9 +246,10 @@ class Verdict:
     @property
     def speedup(self) -> float:
         """Speedup over eager, 0 when not correct or not timed (Kevin's convention)."""
-        if not self.correct or self.details.speedup_vs_eager is None:
+        speedup = self.details.timing.speedup_vs_eager
+        if not self.correct or speedup is None:
             return 0.0
-        return self.details.speedup_vs_eager
+        return speedup
 
     @property
     def counts_as_best(self) -> bool:

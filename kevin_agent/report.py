@@ -40,7 +40,7 @@ def report_data(record: RunRecord) -> ReportData:
     measured on different models are never compared."""
     several = len(record.gpu_names()) > 1
     verdicts = {c.id: v for c, v in record.candidates
-                if v is not None and (not several or v.details.gpu_name in (record.gpu_name, None))}
+                if v is not None and (not several or v.details.environment.gpu_name in (record.gpu_name, None))}
     played = sorted({c.turn for c, _ in record.candidates})
     turns = list(range(played[-1] + 1)) if played else []
     series: dict[int, list[Optional[float]]] = {}
@@ -62,8 +62,8 @@ def report_data(record: RunRecord) -> ReportData:
 def _compile_reference(record: RunRecord) -> Optional[float]:
     for _, verdict in record.candidates:
         details = verdict.details if verdict else None
-        if details and details.eager and details.compiled and details.compiled.median_ms > 0:
-            return details.eager.median_ms / details.compiled.median_ms
+        if details and details.timing.eager and details.timing.compiled and details.timing.compiled.median_ms > 0:
+            return details.timing.eager.median_ms / details.timing.compiled.median_ms
     return None
 
 

@@ -49,7 +49,7 @@ class RunRecord:
         for candidate, verdict in self.candidates:
             if verdict is None or not verdict.counts_as_best:
                 continue
-            if wanted is not None and verdict.details.gpu_name not in (wanted, None):
+            if wanted is not None and verdict.details.environment.gpu_name not in (wanted, None):
                 continue
             if best is None or verdict.speedup > best[1].speedup:
                 best = (candidate, verdict)
@@ -59,8 +59,8 @@ class RunRecord:
         """Every GPU model verdicts were measured on, the most used first."""
         counts: dict[str, int] = {}
         for _, verdict in self.candidates:
-            if verdict is not None and verdict.details.gpu_name:
-                counts[verdict.details.gpu_name] = counts.get(verdict.details.gpu_name, 0) + 1
+            if verdict is not None and verdict.details.environment.gpu_name:
+                counts[verdict.details.environment.gpu_name] = counts.get(verdict.details.environment.gpu_name, 0) + 1
         return sorted(counts, key=lambda name: -counts[name])
 
     def best_by_gpu(self) -> dict[str, tuple[Candidate, Verdict]]:

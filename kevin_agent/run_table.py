@@ -54,14 +54,14 @@ def candidate_row(candidate: Candidate, verdict: Optional[Verdict]) -> Candidate
         return CandidateRow(candidate.id, candidate.trajectory, candidate.turn, "pending", None,
                             None, None, None, None, False, "")
     details = verdict.details
-    sol = details.sol_fraction * 100.0 if details.sol_fraction is not None else None
+    sol = details.timing.sol_fraction * 100.0 if details.timing.sol_fraction is not None else None
     lines = verdict.message.strip().splitlines()
     return CandidateRow(
         candidate_id=candidate.id, trajectory=candidate.trajectory, turn=candidate.turn,
         stage=verdict.stage.value, ok=verdict.ok,
-        kernel_ms=details.kernel.median_ms if details.kernel else None,
-        speedup_vs_eager=details.speedup_vs_eager if verdict.correct else None,
-        speedup_vs_compile=details.speedup_vs_compile if verdict.correct else None,
+        kernel_ms=details.timing.kernel.median_ms if details.timing.kernel else None,
+        speedup_vs_eager=details.timing.speedup_vs_eager if verdict.correct else None,
+        speedup_vs_compile=details.timing.speedup_vs_compile if verdict.correct else None,
         sol_percent=sol, suspicious=not verdict.trusted, message=lines[0] if lines else "",
         untrusted=untrusted_label(verdict, short=True) or "",
         measured_on=gpu_short(details) if verdict.stage.value not in _MADE_HERE else None,
@@ -107,11 +107,12 @@ def compare_times(kernel: Optional[TimingStats], baseline: Optional[TimingStats]
 def better_choice(details: VerdictDetails) -> str:
     """"kernel" when it beats the faster of eager and torch.compile beyond the timing noise;
     "tie" when it is level with it; else "torch.compile" or "eager", whichever is faster."""
-    if details.kernel is None or details.eager is None:  # stored without timings: speedups only
-        return _better_by_speedups(details.speedup_vs_eager, details.speedup_vs_compile)
-    baselines = [("eager", details.eager)] + ([("torch.compile", details.compiled)] if details.compiled else [])
+    t = details.timing
+    if t.kernel is None or t.eager is None:  # stored without timings: speedups only
+        return _better_by_speedups(t.speedup_vs_eager, t.speedup_vs_compile)
+    baselines = [("eager", t.eager)] + ([("torch.compile", t.compiled)] if t.compiled else [])
     name, fastest = min(baselines, key=lambda item: item[1].median_ms)
-    verdict = compare_times(details.kernel, fastest)
+    verdict = compare_times(t.kernel, fastest)
     return {"faster": "kernel", "tie": "tie"}.get(verdict, name)
 
 
@@ -126,7 +127,7 @@ def _better_by_speedups(speedup_vs_eager: Optional[float], speedup_vs_compile: O
 
 def tie_with(details: VerdictDetails) -> str:
     """The baseline a tied kernel is level with."""
-    compiled, eager = details.compiled, details.eager
+    compiled, eager = details.timing.compiled, details.timing.eager
     if compiled is not None and eager is not None and compiled.median_ms < eager.median_ms:
         return "torch.compile"
     return "eager PyTorch"
@@ -167,7 +168,7 @@ def conclude(record: RunRecord) -> Conclusion:
         where, note = f", {measured_label(verdict.details)}", ""
     better = better_choice(verdict.details)
     text = _conclusion_text(candidate.id, verdict.details, better, where)
-    return Conclusion(candidate.id, verdict.details.speedup_vs_eager, verdict.details.speedup_vs_compile,
+    return Conclusion(candidate.id, verdict.details.timing.speedup_vs_eager, verdict.details.timing.speedup_vs_compile,
                       better == "kernel", better, text + note)
 
 
@@ -186,7 +187,7 @@ def _unfinished(status: str) -> str:
 
 
 def _conclusion_text(best_id: str, d: VerdictDetails, better: str, where: str) -> str:
-    s_eager, s_compile = d.speedup_vs_eager, d.speedup_vs_compile
+    s_eager, s_compile = d.timing.speedup_vs_eager, d.timing.speedup_vs_compile
     numbers = f"{_fmt(s_eager)} vs eager, {_fmt(s_compile)} vs torch.compile{where}"
     if s_compile is None:
         if better == "kernel":

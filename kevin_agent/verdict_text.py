@@ -13,16 +13,16 @@ if TYPE_CHECKING:
 def is_replayed(details: VerdictDetails) -> bool:
     """A recorded verdict served again (``--evaluator replay:FILE``), not measured here.
     (Runs stored before ``replayed`` existed only carry ``gpu_name="replay"``.)"""
-    return details.replayed or details.gpu_name == REPLAY_GPU_NAME
+    return details.environment.replayed or details.environment.gpu_name == REPLAY_GPU_NAME
 
 
 def measured_label(details: VerdictDetails) -> Optional[str]:
     """Where a verdict's numbers come from, as every face says it: "NVIDIA H200", or for a replayed
     verdict "measured on NVIDIA H200 in run X, replayed here"; None when no GPU is known."""
     if not is_replayed(details):
-        return details.gpu_name or None
-    gpu = details.gpu_name if details.gpu_name not in (None, "", REPLAY_GPU_NAME) else None
-    run = f" in run {details.measured_in}" if details.measured_in else ""
+        return details.environment.gpu_name or None
+    gpu = details.environment.gpu_name if details.environment.gpu_name not in (None, "", REPLAY_GPU_NAME) else None
+    run = f" in run {details.environment.measured_in}" if details.environment.measured_in else ""
     if gpu is None:
         return f"recorded{run} with no GPU named, replayed here"
     return f"measured on {gpu}{run}, replayed here"
@@ -33,8 +33,8 @@ def gpu_short(details: VerdictDetails) -> Optional[str]:
     "NVIDIA H200, replayed" for a recorded verdict ("replay" when it names no GPU); None when no
     GPU is known."""
     if not is_replayed(details):
-        return details.gpu_name or None
-    gpu = details.gpu_name if details.gpu_name not in (None, "", REPLAY_GPU_NAME) else None
+        return details.environment.gpu_name or None
+    gpu = details.environment.gpu_name if details.environment.gpu_name not in (None, "", REPLAY_GPU_NAME) else None
     return f"{gpu}, replayed" if gpu else REPLAY_GPU_NAME
 
 
@@ -74,39 +74,40 @@ def render_verdict(verdict: Verdict, with_errors: bool = True) -> str:
              "", verdict.message, ""]
     if d.static_rule:
         lines.append(f"static rule: {d.static_rule}")
-    if d.trials_total is not None:
-        lines.append(f"correctness: {d.trials_passed}/{d.trials_total} trials passed")
-    if d.max_abs_error is not None:
-        lines.append(f"errors: max abs {d.max_abs_error:.3g}, max rel {(d.max_rel_error or 0):.3g}"
-                     + (f" (atol {d.atol:g}, rtol {d.rtol:g})" if d.atol is not None and d.rtol is not None else ""))
-    if d.error_vs_fp64 is not None:
+    c, t = d.correctness, d.timing
+    if c.trials_total is not None:
+        lines.append(f"correctness: {c.trials_passed}/{c.trials_total} trials passed")
+    if c.max_abs_error is not None:
+        lines.append(f"errors: max abs {c.max_abs_error:.3g}, max rel {(c.max_rel_error or 0):.3g}"
+                     + (f" (atol {c.atol:g}, rtol {c.rtol:g})" if c.atol is not None and c.rtol is not None else ""))
+    if c.error_vs_fp64 is not None:
         lines.append(fp64_line(d))
     lines += provenance_lines(d)
-    for label, stats in (("kernel", d.kernel), ("eager", d.eager), ("torch.compile", d.compiled)):
+    for label, stats in (("kernel", t.kernel), ("eager", t.eager), ("torch.compile", t.compiled)):
         if _ms(stats):
             lines.append(f"{label}: {_ms(stats)}")
-    if d.torch_compile_seconds is not None:
-        lines.append(f"torch.compile build: {d.torch_compile_seconds:.1f} s")
-    if d.speedup_vs_eager is not None:
-        vs_compile = f", {d.speedup_vs_compile:.2f}x vs torch.compile" if d.speedup_vs_compile is not None else ""
-        lines.append(f"speedup: {d.speedup_vs_eager:.2f}x vs eager{vs_compile}")
-    if d.sol_fraction is not None:
-        sol_ms = f" of peak ({d.sol_ms:.4g} ms at speed of light)" if d.sol_ms is not None else ""
-        lines.append(f"speed of light: {d.sol_fraction:.1%}{sol_ms}")
+    if t.torch_compile_seconds is not None:
+        lines.append(f"torch.compile build: {t.torch_compile_seconds:.1f} s")
+    if t.speedup_vs_eager is not None:
+        vs_compile = f", {t.speedup_vs_compile:.2f}x vs torch.compile" if t.speedup_vs_compile is not None else ""
+        lines.append(f"speedup: {t.speedup_vs_eager:.2f}x vs eager{vs_compile}")
+    if t.sol_fraction is not None:
+        sol_ms = f" of peak ({t.sol_ms:.4g} ms at speed of light)" if t.sol_ms is not None else ""
+        lines.append(f"speed of light: {t.sol_fraction:.1%}{sol_ms}")
     untrusted = untrusted_label(verdict)
     if untrusted:
         lines.append(f"{untrusted} (counts as not correct: no reward, never a best)")
-    if d.build_seconds is not None:
-        hit = "cache hit" if d.cache_hit else "built"
-        lines.append(f"build: {d.build_seconds:.2f} s ({hit}{', ' + d.build_path if d.build_path else ''})")
-    if d.build_log_path:
-        lines.append(f"build log: {d.build_log_path}")
-    if d.gpu_name:
+    if d.build.seconds is not None:
+        hit = "cache hit" if d.build.cache_hit else "built"
+        lines.append(f"build: {d.build.seconds:.2f} s ({hit}{', ' + d.build.path if d.build.path else ''})")
+    if d.build.log_path:
+        lines.append(f"build log: {d.build.log_path}")
+    if d.environment.gpu_name:
         lines.append(_gpu_line(verdict))
-    if d.sandbox:
-        lines.append(f"sandbox: {d.sandbox}")
+    if d.environment.sandbox:
+        lines.append(f"sandbox: {d.environment.sandbox}")
     if with_errors:
-        for title, text in (("compiler errors", d.compiler_errors), ("error", d.error)):
+        for title, text in (("compiler errors", d.build.compiler_errors), ("error", d.error)):
             if text and text.strip() not in verdict.message:
                 lines += ["", f"{title}:", text.rstrip()]
     return "\n".join(lines).rstrip() + "\n"
@@ -114,22 +115,24 @@ def render_verdict(verdict: Verdict, with_errors: bool = True) -> str:
 
 def fp64_line(d: VerdictDetails) -> str:
     """The candidate's error and eager's own, both against a float64 run of the reference."""
-    own = f" (eager's own {d.reference_error_vs_fp64:.3g})" if d.reference_error_vs_fp64 is not None else ""
+    c = d.correctness
+    own = f" (eager's own {c.reference_error_vs_fp64:.3g})" if c.reference_error_vs_fp64 is not None else ""
     rms = ""
-    if d.rms_error_vs_fp64 is not None and d.reference_rms_error_vs_fp64 is not None:
-        rms = f", RMS {d.rms_error_vs_fp64:.3g} (eager's own {d.reference_rms_error_vs_fp64:.3g})"
-    rule = "; passed by the float64 rule" if d.fp64_accepted else ""
-    return f"against float64: max abs {d.error_vs_fp64:.3g}{own}{rms}{rule}"
+    if c.rms_error_vs_fp64 is not None and c.reference_rms_error_vs_fp64 is not None:
+        rms = f", RMS {c.rms_error_vs_fp64:.3g} (eager's own {c.reference_rms_error_vs_fp64:.3g})"
+    rule = "; passed by the float64 rule" if c.fp64_accepted else ""
+    return f"against float64: max abs {c.error_vs_fp64:.3g}{own}{rms}{rule}"
 
 
 def provenance_lines(d: VerdictDetails, limit: int = 5) -> list[str]:
     """The provenance verdict and the top kernels by GPU time (own vs foreign), for people."""
     lines = []
-    if d.provenance_summary:
-        lines.append(d.provenance_summary)
-    elif d.own_share is not None:
-        lines.append(f"provenance {d.provenance_policy or ''}: own kernels {d.own_share:.1%}".replace("  ", " "))
-    rows = d.kernels or []
+    p = d.provenance
+    if p.summary:
+        lines.append(p.summary)
+    elif p.own_share is not None:
+        lines.append(f"provenance {p.policy or ''}: own kernels {p.own_share:.1%}".replace("  ", " "))
+    rows = p.kernels or []
     if rows:
         total = sum(float(r.get("ms") or 0.0) for r in rows)
         head = f"kernels (top {min(limit, len(rows))} of {len(rows)}, {total:.3f} ms of GPU time):"
@@ -164,6 +167,6 @@ def _gpu_line(verdict: Verdict) -> str:
     d = verdict.details
     if is_replayed(d):
         return f"gpu: {measured_label(d)} (a recorded verdict, not measured on this machine)"
-    versions = ", ".join(x for x in (f"torch {d.torch_version}" if d.torch_version else "",
-                                     f"CUDA {d.cuda_version}" if d.cuda_version else "") if x)
-    return f"gpu: {d.gpu_name}" + (f" ({versions})" if versions else "")
+    versions = ", ".join(x for x in (f"torch {d.environment.torch_version}" if d.environment.torch_version else "",
+                                     f"CUDA {d.environment.cuda_version}" if d.environment.cuda_version else "") if x)
+    return f"gpu: {d.environment.gpu_name}" + (f" ({versions})" if versions else "")

@@ -58,8 +58,8 @@ def result_message(state: RunState) -> str:
     details = state.best[1].details
     text = f"Kevin: {state.best_speedup:.2f}x vs eager for {state.class_name}"
     where = measured_label(details)
-    if details.speedup_vs_compile is not None:
-        text += f" ({details.speedup_vs_compile:.2f}x vs torch.compile"
+    if details.timing.speedup_vs_compile is not None:
+        text += f" ({details.timing.speedup_vs_compile:.2f}x vs torch.compile"
         if where and is_replayed(details):
             text += f"; {where})"
         else:
@@ -72,10 +72,10 @@ def result_message(state: RunState) -> str:
     elif better != "kernel":  # a kernel is a win only over the faster of the two
         text += (": torch.compile is the better choice for this module" if better == "torch.compile"
                  else ": eager PyTorch is the better choice for this module")
-    if details.own_share is not None:  # what ran on the GPU (provenance), and how close to the hardware
-        text += f"; own kernels {details.own_share:.0%} of the GPU time"
-        if details.sol_fraction is not None:
-            text += f", {details.sol_fraction:.0%} of speed of light"
+    if details.provenance.own_share is not None:  # what ran on the GPU (provenance), and how close to the hardware
+        text += f"; own kernels {details.provenance.own_share:.0%} of the GPU time"
+        if details.timing.sol_fraction is not None:
+            text += f", {details.timing.sol_fraction:.0%} of speed of light"
     if state.status == "cancelled":
         text += " (run cancelled)"
     return text

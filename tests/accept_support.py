@@ -9,6 +9,7 @@ import git
 
 from kevin_agent.data import Candidate, Stage, Task, TaskOrigin, TimingStats, Verdict, VerdictDetails
 from kevin_agent.store import RunRecord
+from kevin_agent.verdict_records import CorrectnessRecord, EnvironmentRecord, TimingRecord, TrustRecord
 
 KERNELS = Path(__file__).parent / "fixtures" / "kernels"
 CLASS_NAME = "FusedBlock"
@@ -44,17 +45,22 @@ def make_repo(root: Path, *, kernel: str = "gelu", package: bool = False) -> git
     return repo
 
 
-def good_verdict(**overrides) -> Verdict:
+def good_timing() -> TimingRecord:
+    """The timing record of ``good_verdict`` (a fresh one: change it with ``dataclasses.replace``)."""
+    return TimingRecord(eager=TimingStats(0.758, 0.76, 0.75, 0.8, 0.01, 100),
+                        compiled=TimingStats(0.498, 0.5, 0.49, 0.52, 0.01, 100),
+                        kernel=TimingStats(0.412, 0.41, 0.40, 0.43, 0.01, 100),
+                        speedup_vs_eager=1.84, speedup_vs_compile=1.21, sol_fraction=0.62)
+
+
+def good_verdict(timing: Optional[TimingRecord] = None, trust: Optional[TrustRecord] = None,
+                 environment: Optional[EnvironmentRecord] = None) -> Verdict:
+    """A timed, correct verdict on an H200; ``timing``, ``trust`` or ``environment`` replace its records."""
     details = VerdictDetails(
-        trials_passed=5, trials_total=5, max_abs_error=2.4e-7, atol=1e-4, rtol=1e-4,
-        eager=TimingStats(0.758, 0.76, 0.75, 0.8, 0.01, 100),
-        compiled=TimingStats(0.498, 0.5, 0.49, 0.52, 0.01, 100),
-        kernel=TimingStats(0.412, 0.41, 0.40, 0.43, 0.01, 100),
-        speedup_vs_eager=1.84, speedup_vs_compile=1.21, sol_fraction=0.62,
-        gpu_name="NVIDIA H200", torch_version="2.14.1", cuda_version="13.0",
-    )
-    for key, value in overrides.items():
-        setattr(details, key, value)
+        correctness=CorrectnessRecord(trials_passed=5, trials_total=5, max_abs_error=2.4e-7, atol=1e-4, rtol=1e-4),
+        timing=timing or good_timing(), trust=trust or TrustRecord(),
+        environment=environment or EnvironmentRecord(gpu_name="NVIDIA H200", torch_version="2.14.1",
+                                                     cuda_version="13.0"))
     return Verdict(Stage.TIMING, True, "correct", details)
 
 

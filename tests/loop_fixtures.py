@@ -10,6 +10,7 @@ from typing import Any, Optional
 from kevin_agent import feedback
 from kevin_agent.data import Candidate, Message, Stage, Task, TimingStats, Verdict, VerdictDetails
 from kevin_agent.store import RunStore
+from kevin_agent.verdict_records import BuildRecord, CorrectnessRecord, TimingRecord, TrustRecord
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kernels"
 TASK_FILE = FIXTURES / "add_task.py"
@@ -29,10 +30,16 @@ def timed(speedup: float, suspicious: bool = False) -> dict[str, Any]:
     kernel_ms = EAGER_MS / speedup
     stats = lambda ms: TimingStats(ms, ms, ms, ms, 0.0, 100)  # noqa: E731
     details = VerdictDetails(
-        trials_passed=5, trials_total=5, eager=stats(EAGER_MS), compiled=stats(COMPILE_MS),
-        kernel=stats(kernel_ms), speedup_vs_eager=speedup, speedup_vs_compile=COMPILE_MS / kernel_ms,
-        sol_fraction=0.5, suspicious=suspicious,
-        suspicious_reasons=["faster than the speed of light"] if suspicious else [],
+        correctness=CorrectnessRecord(trials_passed=5, trials_total=5),
+        timing=TimingRecord(
+            eager=stats(EAGER_MS),
+            compiled=stats(COMPILE_MS),
+            kernel=stats(kernel_ms),
+            speedup_vs_eager=speedup,
+            speedup_vs_compile=COMPILE_MS / kernel_ms,
+            sol_fraction=0.5,
+        ),
+        trust=TrustRecord(suspicious=suspicious, reasons=["faster than the speed of light"] if suspicious else []),
     )
     return Verdict(Stage.TIMING, True, feedback.correct(speedup), details).to_dict()
 
@@ -44,9 +51,10 @@ VERDICTS: dict[str, dict[str, Any]] = {
     "fastest": timed(3.0),
     "hack": timed(40.0, suspicious=True),
     "wrong": Verdict(Stage.CORRECTNESS, False, feedback.incorrect("max abs error 0.5 > atol"),
-                     VerdictDetails(trials_passed=0, trials_total=5, max_abs_error=0.5)).to_dict(),
+                     VerdictDetails(correctness=CorrectnessRecord(trials_passed=0, trials_total=5,
+                                                                  max_abs_error=0.5))).to_dict(),
     "broken": Verdict(Stage.COMPILE, False, feedback.compile_error("kernel.cu(3): error: bad"),
-                      VerdictDetails(compiler_errors="kernel.cu(3): error: bad")).to_dict(),
+                      VerdictDetails(build=BuildRecord(compiler_errors="kernel.cu(3): error: bad"))).to_dict(),
 }
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import git
 import pytest
-from accept_support import MODULE, committed_paths, fixture_candidate, make_record, make_repo
+from accept_support import MODULE, committed_paths, fixture_candidate, good_timing, good_verdict, make_record, make_repo
 
 from kevin_agent.accept import accept, find_accepted, plan_accept, undo_last
 from kevin_agent.accept.files import write_files
@@ -75,20 +76,18 @@ def test_commit_message_subject_body_and_trailers(tmp_path):
 
 
 def test_slower_than_torch_compile_is_said_plainly(tmp_path):
-    from accept_support import good_verdict
 
     make_repo(tmp_path)
-    plan = _plan(tmp_path, verdict=good_verdict(speedup_vs_compile=0.9))
+    plan = _plan(tmp_path, verdict=good_verdict(replace(good_timing(), speedup_vs_compile=0.9)))
     assert plan.commit_message.splitlines()[0].endswith("(1.84x eager, 0.90x torch.compile, NVIDIA H200)")
     assert "torch.compile is faster than this kernel" in plan.commit_message
     assert any("consider torch.compile instead" in note for note in plan.notes)
 
 
 def test_slower_than_both_baselines_never_says_it_beats_eager(tmp_path):
-    from accept_support import good_verdict
 
     make_repo(tmp_path)
-    plan = _plan(tmp_path, verdict=good_verdict(speedup_vs_eager=0.67, speedup_vs_compile=0.8))
+    plan = _plan(tmp_path, verdict=good_verdict(replace(good_timing(), speedup_vs_eager=0.67, speedup_vs_compile=0.8)))
     text = " ".join(plan.commit_message.split())  # the note is wrapped at 72 columns
     assert "Note: this kernel is not faster than eager PyTorch or torch.compile on this GPU." in text
     assert "beats eager" not in text

@@ -15,6 +15,7 @@ from accept_support import MODULE, fixture_candidate, make_record
 from kevin_agent.accept import plan_accept
 from kevin_agent.accept.names import ArtifactNames, snake_case
 from kevin_agent.errors import UserInputError
+from kevin_agent.verdict_records import TrustRecord
 
 FSTRING_CANDIDATE = textwrap.dedent('''
     import torch
@@ -156,7 +157,7 @@ def test_refuses_incorrect_suspicious_and_missing_origin(tmp_path):
         plan_accept(make_record(origin, code, wrong), "t1.3", repo_root=tmp_path)
     with pytest.raises(UserInputError, match="no correct, timed candidate"):
         plan_accept(make_record(origin, code, wrong), repo_root=tmp_path)
-    flagged = good_verdict(suspicious=True, suspicious_reasons=["faster than the speed of light"])
+    flagged = good_verdict(trust=TrustRecord(suspicious=True, reasons=["faster than the speed of light"]))
     with pytest.raises(UserInputError, match="not trusted: faster than the speed of light. It earned nothing"):
         plan_accept(make_record(origin, code, flagged), "t1.3", repo_root=tmp_path)
     with pytest.raises(UserInputError, match="no origin file"):

@@ -119,15 +119,15 @@ def _evaluate(tmp_path: Path, settings: EvalSettings, codes: list[str]) -> list:
 def test_an_evaluation_says_whether_it_measured_the_baselines_and_how_long_it_took(tmp_path):
     settings = EvalSettings(cache_dir=tmp_path / "cache", run_timeout_s=60)
     first = _evaluate(tmp_path, settings, ["code 0"])[0]
-    assert first.stage is Stage.TIMING and first.details.baseline_cached is False
-    assert first.details.baseline_seconds is not None and first.details.baseline_seconds > 0
+    assert first.stage is Stage.TIMING and first.details.timing.baseline_cached is False
+    assert first.details.timing.baseline_seconds is not None and first.details.timing.baseline_seconds > 0
     assert "measured this task's baselines" in (baseline_note(first) or "")
     again = _evaluate(tmp_path, settings, ["code 1"])[0]  # a new process would read the same folder
-    assert again.details.baseline_cached is True and again.details.baseline_seconds is None
+    assert again.details.timing.baseline_cached is True and again.details.timing.baseline_seconds is None
     assert baseline_note(again) is None
     fresh = _evaluate(tmp_path, EvalSettings(cache_dir=tmp_path / "cache", run_timeout_s=60, fresh_baselines=True),
                       ["code 2"])[0]
-    assert fresh.details.baseline_cached is False
+    assert fresh.details.timing.baseline_cached is False
 
 
 def test_the_eval_bench_breakdown_accounts_for_the_wall():

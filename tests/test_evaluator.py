@@ -65,11 +65,11 @@ def test_compile_only_batch(compiled: tuple[list[Verdict], Recorder]) -> None:
     verdicts, rec = compiled
     good, broken, hack = verdicts
     assert good.stage is Stage.COMPILE and good.ok and good.message == "Your answer compiled; it was not run."
-    assert good.details.build_seconds is not None and good.details.build_path in ("split", "whole")
-    assert good.details.build_log_path
+    assert good.details.build.seconds is not None and good.details.build.path in ("split", "whole")
+    assert good.details.build.log_path
     assert broken.stage is Stage.COMPILE and not broken.ok
     assert broken.message.startswith("Your answer failed to compile")
-    assert "b_undeclared" in broken.message and broken.details.compiler_errors
+    assert "b_undeclared" in broken.message and broken.details.build.compiler_errors
     assert hack.stage is Stage.STATIC
     assert rec.queue[0] == (2, 0)  # two survivors of the static checks waited to compile
     assert sorted(i for i, _ in rec.verdicts) == [0, 1, 2]
@@ -87,12 +87,12 @@ def test_gpu_stage_through_standin_workers(compiled: tuple, shared_build_cache: 
     crash, hack, normal, broken = verdicts
     assert crash.stage is Stage.LOAD and "killed by signal SIGSEGV" in crash.message
     assert hack.stage is Stage.STATIC and broken.stage is Stage.COMPILE and not broken.ok
-    assert normal.stage is Stage.TIMING and normal.ok and normal.details.gpu_name == "stand-in"
-    assert normal.details.cache_hit is True and normal.details.build_seconds is not None  # merged build info
+    assert normal.stage is Stage.TIMING and normal.ok and normal.details.environment.gpu_name == "stand-in"
+    assert normal.details.build.cache_hit is True and normal.details.build.seconds is not None  # merged build info
     seen = json.loads(normal.message)  # the stand-in echoes its job
     assert seen["arch"] == "9.0" and seen["cache_dir"] == str(shared_build_cache)
     assert len(set(pids)) == 2
-    assert normal.details.baseline_cached is not None  # the parent says whether it measured them
+    assert normal.details.timing.baseline_cached is not None  # the parent says whether it measured them
     assert rec.queue[0] == (3, 0) and rec.queue[-1] == (0, 0)  # three compiled, all went through
     assert all(c + g <= 3 for c, g in rec.queue) and max(g for _, g in rec.queue) >= 1
     assert rec.verdicts[0][0] == 1 and sorted(i for i, _ in rec.verdicts) == [0, 1, 2, 3]

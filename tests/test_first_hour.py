@@ -15,6 +15,7 @@ from kevin_agent.cli import build_parser
 from kevin_agent.data import Candidate, Stage, Verdict, VerdictDetails
 from kevin_agent.evaluate.static.checks import check_candidate, format_violations
 from kevin_agent.evaluate.verdicts import static_verdict
+from kevin_agent.verdict_records import TimingRecord
 
 KERNELS = Path(__file__).parent / "fixtures" / "kernels"
 
@@ -86,7 +87,7 @@ def test_counts_have_the_right_plural():
     from kevin_agent.accept.message import commit_message
     from kevin_agent.commands.show_cmd import _shape
 
-    verdict = Verdict(Stage.TIMING, True, "ok", VerdictDetails(speedup_vs_eager=2.0))
+    verdict = Verdict(Stage.TIMING, True, "ok", VerdictDetails(timing=TimingRecord(speedup_vs_eager=2.0)))
     message = commit_message(class_name="A", source_label="a.py::A", run_id="r1",
                              candidate=Candidate(0, 0, id="t0.0"), verdict=verdict,
                              settings={"trajectories": 1, "turns": 1}, paths=["a_cuda.py"])

@@ -98,9 +98,9 @@ def judge(source: str, tmp_path: Path) -> Any:
 def test_an_honest_answer_is_timed(accepted, tmp_path):
     verdict = judge(HONEST, tmp_path)
     assert (verdict.stage, verdict.ok) == (Stage.TIMING, True), verdict.message
-    seconds = verdict.details.stage_seconds  # where a worker's GPU stage goes (issue 20's breakdown)
+    seconds = verdict.details.environment.stage_seconds  # where a worker's GPU stage goes (issue 20's breakdown)
     assert list(seconds) == ["load", "correctness", "provenance", "timing"] and min(seconds.values()) >= 0
-    assert "timed_below_profile" not in [f.name for f in verdict.details.trust_flags]  # no profile: no check
+    assert "timed_below_profile" not in [f.name for f in verdict.details.trust.flags]  # no profile: no check
 
 
 def test_a_median_below_the_profilers_record_earns_nothing(monkeypatch, tmp_path):
@@ -112,14 +112,14 @@ def test_a_median_below_the_profilers_record_earns_nothing(monkeypatch, tmp_path
     monkeypatch.setattr(stages, "_with_profile", lambda message, ctx: message)
     verdict = judge(HONEST, tmp_path)
     assert verdict.stage is Stage.TIMING and not verdict.correct, verdict.message
-    assert "timed_below_profile" in [f.name for f in verdict.details.trust_flags]
+    assert "timed_below_profile" in [f.name for f in verdict.details.trust.flags]
 
 
 def test_an_answer_that_stops_working_after_the_checked_calls_fails(accepted, tmp_path):
     verdict = judge(COUNTS, tmp_path)
     assert (verdict.stage, verdict.ok) == (Stage.CORRECTNESS, False), verdict.message
     assert "timed call" in verdict.message
-    assert "timing" in verdict.details.stage_seconds  # a failure inside a stage is timed too
+    assert "timing" in verdict.details.environment.stage_seconds  # a failure inside a stage is timed too
 
 
 def test_a_subclass_output_fails_correctness(accepted, tmp_path):

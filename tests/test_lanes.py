@@ -17,6 +17,7 @@ from kevin_agent.evaluate.baselines import BaselineBook, baseline_key, drift
 from kevin_agent.evaluate.lanes import DeviceInfo, LocalLane, run_limit
 from kevin_agent.evaluate.lease import GpuLease
 from kevin_agent.evaluate.protocol import Baseline, WorkerJob
+from kevin_agent.verdict_records import EnvironmentRecord, TimingRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 STANDIN = [sys.executable, str(ROOT / "tests" / "workers" / "standin.py")]
@@ -96,7 +97,7 @@ def test_two_lanes_of_two_processes_never_overlap_on_one_gpu(tmp_path):
         started = time.monotonic()
         result = lane.run(job)
         spans.append((started, time.monotonic()))
-        assert result.verdict.ok and result.verdict.details.lane == "cuda:0"
+        assert result.verdict.ok and result.verdict.details.environment.lane == "cuda:0"
 
     try:
         threads = [threading.Thread(target=run, args=(lane,)) for lane in lanes]
@@ -136,10 +137,10 @@ def test_candidates_spread_over_several_fake_gpus(tmp_path):
     with evaluator:
         evaluator._ensure_started()
         verdicts = _run_gpu_only(evaluator, codes)
-    lanes = [v.details.lane for v in verdicts]
+    lanes = [v.details.environment.lane for v in verdicts]
     assert all(v.stage is Stage.TIMING and v.ok for v in verdicts)
     assert set(lanes) == {"cuda:0", "cuda:1", "cuda:2"}  # every GPU got work
-    assert {v.details.gpu_uuid for v in verdicts} == {d.uuid for d in devices}
+    assert {v.details.environment.gpu_uuid for v in verdicts} == {d.uuid for d in devices}
 
 
 def _run_gpu_only(evaluator, codes):
@@ -194,7 +195,10 @@ def test_speedups_are_compared_only_on_the_same_gpu_model():
     from kevin_agent.run_record import RunRecord
 
     def timed(cid: str, gpu: str, speedup: float):
-        details = VerdictDetails(speedup_vs_eager=speedup, gpu_name=gpu, kernel=stats(1.0))
+        details = VerdictDetails(
+            timing=TimingRecord(speedup_vs_eager=speedup, kernel=stats(1.0)),
+            environment=EnvironmentRecord(gpu_name=gpu),
+        )
         return Candidate(0, 0, id=cid), Verdict(Stage.TIMING, True, "ok", details)
 
     record = RunRecord("r", TASK, {}, "done", "now", [

@@ -22,6 +22,7 @@ from kevin_agent.evaluate.replay import ReplayEvaluator
 from kevin_agent.parsing import parse_completion
 from kevin_agent.run_record import RunRecord
 from kevin_agent.task import load_task
+from kevin_agent.verdict_records import BuildRecord, EnvironmentRecord, TimingRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -171,8 +172,9 @@ def test_verdicts_replay_with_their_gpu_and_run_and_tell_the_story():
     assert all(code is not None for code in codes.values())
     judged = dict(zip(sorted(codes), evaluator.evaluate(task, [codes[k] or "" for k in sorted(codes)])))
     for verdict in judged.values():
-        assert verdict.details.replayed
-        assert (verdict.details.gpu_name, verdict.details.measured_in) == (recorded()["gpu_name"], recorded()["run_id"])
+        assert verdict.details.environment.replayed
+        where = verdict.details.environment
+        assert (where.gpu_name, where.measured_in) == (recorded()["gpu_name"], recorded()["run_id"])
     assert judged[0].stage is Stage.COMPILE and not judged[0].ok  # t0.0
     assert judged[1].counts_as_best  # t0.1
     assert judged[10].correct and judged[10].speedup < 1.0  # t1.0: correct but slower than eager
@@ -190,9 +192,11 @@ def test_record_verdicts_writes_what_replay_reads(tmp_path):
     candidates = []
     for reply in _replies():
         candidate = parse_completion(Completion(text=reply["text"]), reply["trajectory"], reply["turn"])
-        details = VerdictDetails(gpu_name="NVIDIA H200", torch_version="2.9", cuda_version="13.0",
-                                 kernel=stats, speedup_vs_eager=1.5 + candidate.turn,
-                                 build_log_path="/gpu-host/build.log")
+        details = VerdictDetails(
+            build=BuildRecord(log_path="/gpu-host/build.log"),
+            timing=TimingRecord(kernel=stats, speedup_vs_eager=1.5 + candidate.turn),
+            environment=EnvironmentRecord(gpu_name="NVIDIA H200", torch_version="2.9", cuda_version="13.0"),
+        )
         candidates.append((candidate, Verdict(Stage.TIMING, True, "fast", details)))
     record = RunRecord("20261202-h200", task, {"trajectories": 2, "turns": 2}, "done", "now", [*candidates])
     document = record_verdicts.verdicts_document(record, "kevin optimize ...")
@@ -200,10 +204,11 @@ def test_record_verdicts_writes_what_replay_reads(tmp_path):
     path.write_text(json.dumps(document))
     assert document["recorded"]["gpu_name"] == "NVIDIA H200" and document["recorded"]["run_id"] == "20261202-h200"
     replayed = ReplayEvaluator(path).evaluate(task, [c.code or "" for c, _ in candidates])
-    assert [v.details.speedup_vs_eager for v in replayed] == [v.details.speedup_vs_eager for _, v in candidates]
+    speedups = [v.details.timing.speedup_vs_eager for _, v in candidates]
+    assert [v.details.timing.speedup_vs_eager for v in replayed] == speedups
     for verdict in replayed:
-        assert verdict.details.replayed and verdict.details.gpu_name == "NVIDIA H200"
-        assert verdict.details.measured_in == "20261202-h200" and verdict.details.build_log_path is None
+        assert verdict.details.environment.replayed and verdict.details.environment.gpu_name == "NVIDIA H200"
+        assert verdict.details.environment.measured_in == "20261202-h200" and verdict.details.build.log_path is None
 
 
 @pytest.mark.nvcc
@@ -226,4 +231,4 @@ def test_every_answer_compiles_except_the_one_meant_not_to():
     assert outcome == {
         "t0.0_compile_error.py": (Stage.COMPILE, False), "t0.1_fused.py": (Stage.COMPILE, True),
         "t1.0_row_per_thread.py": (Stage.COMPILE, True), "t1.1_float4.py": (Stage.COMPILE, True)}
-    assert '"hidden" is undefined' in (verdicts[0].details.compiler_errors or "")
+    assert '"hidden" is undefined' in (verdicts[0].details.build.compiler_errors or "")

@@ -31,6 +31,7 @@ from kevin_agent.prompts import (
     turn0_prompt,
 )
 from kevin_agent.tokens import estimate_tokens
+from kevin_agent.verdict_records import TimingRecord
 
 GOLDEN = Path(__file__).parent / "golden"
 REPO = Path(__file__).resolve().parents[1]
@@ -84,7 +85,7 @@ def history() -> list[tuple[Candidate, Verdict]]:
             Candidate(0, 2, reasoning="SECRET-REASONING-2", code=_code("turn 2"),
                       summary="Fixed the typo; vectorised with float4."),
             Verdict(Stage.TIMING, True, feedback.correct(0.87) + "\n" + profile_feedback(_profile(), 0.41),
-                    VerdictDetails(speedup_vs_eager=0.87)),
+                    VerdictDetails(timing=TimingRecord(speedup_vs_eager=0.87))),
         ),
     ]
 

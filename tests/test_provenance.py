@@ -586,9 +586,9 @@ def test_result_round_trip_table_and_feedback():
     assert "torch/fill" in kernel_table(result.kernels, result.total_ms, limit=10)
     feedback = profile_feedback(result, sol_fraction=0.42)
     assert result.table in feedback and "42.0% of this GPU's speed of light" in feedback
-    fields = result.verdict_fields()
-    assert fields["own_share"] == result.own_share
-    assert set(fields["kernels"][0]) >= {"name", "origin", "calls", "ms", "share"}
+    record = result.verdict_record()
+    assert record.own_share == result.own_share and record.summary == result.summary and record.ok == result.ok
+    assert record.kernels and set(record.kernels[0]) >= {"name", "origin", "calls", "ms", "share"}
 
 
 def test_package_imports_without_torch():

@@ -346,7 +346,7 @@ def two_gpu_run(root: Path):
         store.add_candidate("run-gpus", Candidate(trajectory, turn, id=cid, response="r", code="code"),
                             [Message("user", "p")], f"t{trajectory}.{turn - 1}" if turn else None)
         verdict = Verdict.from_dict(VERDICTS[marker])
-        verdict.details.gpu_name = gpu
+        verdict.details.environment.gpu_name = gpu
         store.add_verdict("run-gpus", cid, verdict)
     return store.load_run("run-gpus")
 
@@ -429,7 +429,7 @@ def test_compiles_spread_over_both_nodes_and_land_in_the_local_cache(cluster, tm
     assert "b_undeclared" in verdicts[4].message
     assert set(nodes) == {"head", "gpu-a"}  # two CPUs, one per node: both compiled
     for verdict in verdicts[:4]:
-        log = Path(verdict.details.build_log_path)
+        log = Path(verdict.details.build.log_path)
         assert log.is_relative_to(tmp_path / "laptop-cache") and log.read_text().startswith("[1/1] fake build on")
     built_on = {p.read_text().strip() for p in (tmp_path / "laptop-cache" / "ext").glob("*/split/*.so")}
     assert built_on == {"built on head", "built on gpu-a"}
@@ -457,8 +457,9 @@ def test_gpu_stages_run_on_the_gpu_node_in_its_own_worker_processes(cluster, tmp
     assert crash.stage is Stage.LOAD and "SIGSEGV" in crash.message
     for code, verdict in ((codes[0], normal), (codes[2], other)):
         assert verdict.stage is Stage.TIMING and verdict.ok
-        assert verdict.details.lane == "ray:gpu-a/cuda:0" and verdict.details.gpu_name == "stand-in"
-        assert verdict.details.gpu_uuid.startswith("standin-")
+        where = verdict.details.environment
+        assert where.lane == "ray:gpu-a/cuda:0" and where.gpu_name == "stand-in"
+        assert verdict.details.environment.gpu_uuid.startswith("standin-")
         seen = json.loads(verdict.message)  # the stand-in says where it ran and what its cache held
         assert seen["node"] == "gpu-a" and seen["cache_dir"] == str(cluster.root / "cache-gpu-a")
         assert seen["cuda_visible_devices"] == "0"  # pinned to the GPU Ray gave the actor, like locally
@@ -490,7 +491,7 @@ def test_a_node_killed_mid_run_loses_no_candidate_and_nothing_hangs(cluster, tmp
             runner.join(600)  # a guard: the lost job is retried within seconds
             elapsed = time.monotonic() - started
             assert not runner.is_alive(), "the run hung after the node died"
-            lanes = [v.details.lane for v in result["v"]]
+            lanes = [v.details.environment.lane for v in result["v"]]
             lost = [lane for lane in evaluator.lanes if lane.lost_count]
         assert [v.stage for v in result["v"]] == [Stage.TIMING] * 4 and all(v.ok for v in result["v"])
         assert lanes.count("ray:gpu-a/cuda:0") == 4  # including the one gpu-b was running
@@ -511,7 +512,7 @@ def test_a_candidate_that_kills_its_ray_worker_gets_a_verdict_and_the_lane_comes
         lane = evaluator.lanes[0]
         after = evaluator.evaluate(TASK, [candidate("standin: normal", "after the kills")])
     assert killer.stage is Stage.LOAD and not killer.ok and "was lost" in killer.message
-    assert survivor.ok and after[0].ok and after[0].details.lane == "ray:gpu-a/cuda:0"
+    assert survivor.ok and after[0].ok and after[0].details.environment.lane == "ray:gpu-a/cuda:0"
     assert lane.lost_count >= 2 and elapsed < 600  # no hang (it takes ~100 s on a busy 2-core machine)
 
 
@@ -573,8 +574,8 @@ def test_kevin_optimize_on_the_cluster_stores_every_verdict(cluster, tmp_path):
     verdicts = [v for _, v in with_verdicts(record.candidates)]
     assert len(verdicts) == 4 and all(v is not None for v in verdicts)
     assert all(v.stage is Stage.TIMING and v.ok for v in verdicts)
-    assert {v.details.lane for v in verdicts} == {"ray:gpu-a/cuda:0"}
-    assert {v.details.gpu_name for v in verdicts} == {"stand-in"}
+    assert {v.details.environment.lane for v in verdicts} == {"ray:gpu-a/cuda:0"}
+    assert {v.details.environment.gpu_name for v in verdicts} == {"stand-in"}
     built_on = {p.read_text().strip() for p in (tmp_path / "laptop-cache" / "ext").glob("*/split/*.so")}
     assert built_on == {"built on head", "built on gpu-a"}
     show = subprocess.run([sys.executable, "-m", "kevin_agent", "show", "latest"], cwd=repo, env=env,

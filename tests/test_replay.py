@@ -14,6 +14,7 @@ from kevin_agent.errors import UserInputError
 from kevin_agent.evaluate.api import EvalSettings
 from kevin_agent.evaluate.evaluator import CudaEvaluator, make_evaluator
 from kevin_agent.evaluate.replay import ReplayEvaluator
+from kevin_agent.verdict_records import TimingRecord
 
 KERNELS = Path(__file__).parent / "fixtures" / "kernels"
 GOOD = (KERNELS / "add_candidate.py").read_text()
@@ -23,7 +24,9 @@ HACK = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n  
 
 
 def timing(speedup: float) -> dict:
-    return Verdict(Stage.TIMING, True, f"fast {speedup}", VerdictDetails(speedup_vs_eager=speedup)).to_dict()
+    return Verdict(
+        Stage.TIMING, True, f"fast {speedup}", VerdictDetails(timing=TimingRecord(speedup_vs_eager=speedup))
+    ).to_dict()
 
 
 def incorrect() -> dict:
@@ -43,11 +46,11 @@ def test_ordered_verdicts_wrap_and_are_marked_replay(tmp_path: Path) -> None:
     assert [v.stage for v in first] == [Stage.TIMING, Stage.CORRECTNESS, Stage.TIMING]
     assert first[0].speedup == 1.5 and first[1].speedup == 0.0
     assert seen == [(0, "timing"), (1, "correctness"), (2, "timing")]
-    assert all(v.details.gpu_name == "replay" for v in first)
+    assert all(v.details.environment.gpu_name == "replay" for v in first)
     second = evaluator.evaluate(TASK, [GOOD])
     assert second[0].stage is Stage.CORRECTNESS  # continues where the last call stopped
-    first[0].details.speedup_vs_eager = 99.0  # verdicts are copies: the recording is untouched
-    assert evaluator.evaluate(TASK, [GOOD])[0].details.speedup_vs_eager == 1.5
+    first[0].details.timing.speedup_vs_eager = 99.0  # verdicts are copies: the recording is untouched
+    assert evaluator.evaluate(TASK, [GOOD])[0].details.timing.speedup_vs_eager == 1.5
 
 
 def test_markers_pick_verdicts(tmp_path: Path) -> None:
@@ -57,7 +60,7 @@ def test_markers_pick_verdicts(tmp_path: Path) -> None:
     }))
     verdicts = evaluator.evaluate(TASK, [GOOD + "\n# kevin-test: wrong\n", GOOD + "\n# kevin-test: slow\n", GOOD])
     assert [v.stage for v in verdicts] == [Stage.CORRECTNESS, Stage.TIMING, Stage.TIMING]
-    assert [v.details.speedup_vs_eager for v in verdicts] == [None, 0.5, 2.0]
+    assert [v.details.timing.speedup_vs_eager for v in verdicts] == [None, 0.5, 2.0]
 
 
 def test_static_checks_still_reject_hacks(tmp_path: Path) -> None:

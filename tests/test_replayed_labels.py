@@ -17,6 +17,7 @@ from kevin_agent.events import VerdictReady
 from kevin_agent.progress import print_run_result, verdict_line
 from kevin_agent.report import render_html
 from kevin_agent.run_record import RunRecord
+from kevin_agent.verdict_records import EnvironmentRecord, TimingRecord
 from kevin_agent.verdict_text import gpu_short, measured_label, render_verdict, replay_note
 
 KERNELS = Path(__file__).parent / "fixtures" / "kernels"
@@ -25,36 +26,41 @@ TASK = Task(source=(KERNELS / "add_task.py").read_text(), class_name="Model")
 MEASURED = "measured on NVIDIA H200 in run rec-7, replayed here"
 
 
-def recorded(**details) -> dict:
-    return Verdict(Stage.TIMING, True, "fast", VerdictDetails(speedup_vs_eager=2.0, **details)).to_dict()
+def recorded(environment: EnvironmentRecord | None = None) -> dict:
+    details = VerdictDetails(timing=TimingRecord(speedup_vs_eager=2.0), environment=environment or EnvironmentRecord())
+    return Verdict(Stage.TIMING, True, "fast", details).to_dict()
 
 
 def replayed_verdict() -> Verdict:
-    return good_verdict(replayed=True, measured_in="rec-7")
+    return good_verdict(
+        environment=EnvironmentRecord(
+            gpu_name="NVIDIA H200", torch_version="2.14.1", cuda_version="13.0", replayed=True, measured_in="rec-7"
+        )
+    )
 
 
 def test_replay_keeps_the_recorded_gpu_and_run_and_marks_the_verdict_replayed(tmp_path):
     path = tmp_path / "replay.json"
-    path.write_text(json.dumps({"by_marker": {"# one": recorded(gpu_name="NVIDIA H200", measured_in="rec-7")},
-                                "default": recorded()}))
+    where = EnvironmentRecord(gpu_name="NVIDIA H200", measured_in="rec-7")
+    path.write_text(json.dumps({"by_marker": {"# one": recorded(where)}, "default": recorded()}))
     with_gpu, without = ReplayEvaluator(path).evaluate(TASK, [GOOD + "# one\n", GOOD])
-    assert with_gpu.details.replayed and with_gpu.details.gpu_name == "NVIDIA H200"
-    assert with_gpu.details.measured_in == "rec-7"
-    assert without.details.replayed and without.details.gpu_name == "replay"  # names no GPU
+    assert with_gpu.details.environment.replayed and with_gpu.details.environment.gpu_name == "NVIDIA H200"
+    assert with_gpu.details.environment.measured_in == "rec-7"
+    assert without.details.environment.replayed and without.details.environment.gpu_name == "replay"  # names no GPU
     assert measured_label(with_gpu.details) == MEASURED
     assert measured_label(without.details) == "recorded with no GPU named, replayed here"
     assert (gpu_short(with_gpu.details), gpu_short(without.details)) == ("NVIDIA H200, replayed", "replay")
     # a verdict measured here is named plainly
-    assert measured_label(good_verdict().details) == "NVIDIA H200" and not good_verdict().details.replayed
+    assert measured_label(good_verdict().details) == "NVIDIA H200" and not good_verdict().details.environment.replayed
 
 
 def test_static_rejections_are_made_here_not_replayed(tmp_path):
     path = tmp_path / "replay.json"
-    path.write_text(json.dumps({"default": recorded(gpu_name="NVIDIA H200")}))
+    path.write_text(json.dumps({"default": recorded(EnvironmentRecord(gpu_name="NVIDIA H200"))}))
     hack = ("import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n"
             "        return a + b\n")
     verdict = ReplayEvaluator(path).evaluate(TASK, [hack])[0]
-    assert verdict.stage is Stage.STATIC and not verdict.details.replayed
+    assert verdict.stage is Stage.STATIC and not verdict.details.environment.replayed
 
 
 def test_verdict_text_and_cli_lines_say_replayed():
@@ -128,7 +134,7 @@ def test_prompts_never_name_the_replay_evaluator_as_the_gpu(tmp_path):
     from kevin_agent.loop.settings import RunSettings
 
     path = tmp_path / "replay.json"
-    path.write_text(json.dumps({"default": recorded(gpu_name="NVIDIA H200")}))
+    path.write_text(json.dumps({"default": recorded(EnvironmentRecord(gpu_name="NVIDIA H200"))}))
     settings = RunSettings()
     settings.backend.target_gpu = "NVIDIA A100"
     named = target_gpu_name(ReplayEvaluator(path), settings)  # this machine's GPU, else the setting
@@ -170,7 +176,9 @@ def test_cli_table_rows_say_where_each_verdict_was_measured():
 
     from kevin_agent.run_table import candidate_rows
 
-    static = Verdict(Stage.STATIC, False, "rejected", VerdictDetails(gpu_name="replay", replayed=True))
+    static = Verdict(
+        Stage.STATIC, False, "rejected", VerdictDetails(environment=EnvironmentRecord(gpu_name="replay", replayed=True))
+    )
     record = RunRecord("run-1", TASK, {"trajectories": 1, "turns": 2}, "done", "2026-12-02T10:00:00",
                        [(Candidate(0, 0, id="t0.0", code=GOOD), replayed_verdict()),
                         (Candidate(0, 1, id="t0.1", code=GOOD), static)])

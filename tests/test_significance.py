@@ -9,6 +9,7 @@ from accept_support import good_verdict, make_record
 from kevin_agent.data import Candidate, TimingStats
 from kevin_agent.evaluate.worker.timing import stats_from_samples
 from kevin_agent.run_table import better_choice, compare_times, conclude
+from kevin_agent.verdict_records import TimingRecord
 
 
 def timed(median: float, low: float, high: float) -> TimingStats:
@@ -17,8 +18,8 @@ def timed(median: float, low: float, high: float) -> TimingStats:
 
 def tied_verdict():
     """The case seen on the H200: 0.256 ms against torch.compile's 0.256 ms."""
-    return good_verdict(kernel=timed(0.2558, 0.2551, 0.2566), compiled=timed(0.2561, 0.2553, 0.2570),
-                        eager=timed(0.401, 0.399, 0.404), speedup_vs_eager=1.57, speedup_vs_compile=1.001)
+    return good_verdict(TimingRecord(kernel=timed(0.2558, 0.2551, 0.2566), compiled=timed(0.2561, 0.2553, 0.2570),
+                                     eager=timed(0.401, 0.399, 0.404), speedup_vs_eager=1.57, speedup_vs_compile=1.001))
 
 
 def test_intervals_decide_faster_slower_or_tie():
@@ -93,8 +94,7 @@ def test_overlapping_intervals_are_a_tie_even_when_the_medians_are_5_percent_apa
     assert compare_times(baseline, kernel) == "tie"
     assert compare_times(timed(1.00, 0.96, 1.009), baseline) == "faster"  # intervals just apart
     assert compare_times(baseline, timed(1.00, 0.96, 1.009)) == "slower"
-    verdict = good_verdict(kernel=kernel, eager=baseline, compiled=None, speedup_vs_eager=1.05,
-                           speedup_vs_compile=None)
+    verdict = good_verdict(TimingRecord(kernel=kernel, eager=baseline, speedup_vs_eager=1.05))
     assert better_choice(verdict.details) == "tie"
     assert not conclude(make_record(None, "code", verdict)).win
 
@@ -104,7 +104,6 @@ def test_overlapping_intervals_are_a_tie_even_when_the_medians_are_5_percent_apa
     (1.5, 1.01, "torch.compile"), (1.01, 1.5, "eager"), (1.5, 1.019, "torch.compile"), (1.03, 1.021, "kernel"),
 ])
 def test_stored_without_timings_a_win_needs_more_than_1_02x(vs_eager, vs_compile, choice):
-    verdict = good_verdict(kernel=None, eager=None, compiled=None, speedup_vs_eager=vs_eager,
-                           speedup_vs_compile=vs_compile)
+    verdict = good_verdict(TimingRecord(speedup_vs_eager=vs_eager, speedup_vs_compile=vs_compile))
     assert better_choice(verdict.details) == choice
     assert conclude(make_record(None, "code", verdict)).win is (choice == "kernel")

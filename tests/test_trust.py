@@ -25,6 +25,7 @@ from kevin_agent.report import report_data
 from kevin_agent.run_table import conclude
 from kevin_agent.runs.state import RunView
 from kevin_agent.store import RunStore
+from kevin_agent.verdict_records import TrustRecord
 
 FLAGS = sorted(REASONS)
 KINDS = [(name, old) for name in FLAGS for old in (False, True)]
@@ -57,14 +58,14 @@ def test_an_old_flag_with_no_or_unknown_reason_still_counts_as_untrusted():
     bare = Verdict.from_dict(loop_fixtures.timed(2.0))
     assert bare.trusted and bare.correct and score(bare) == pytest.approx(2.3)
     raw = loop_fixtures.timed(2.0)
-    raw["details"].update(suspicious=True, suspicious_reasons=[])
+    raw["details"]["trust"].update(suspicious=True, reasons=[], flags=[])
     assert [f.name for f in Verdict.from_dict(raw).trust_flags] == ["unclassified"]
-    raw["details"]["suspicious_reasons"] = ["something a later check said"]
+    raw["details"]["trust"]["reasons"] = ["something a later check said"]
     unknown = Verdict.from_dict(raw)
     assert [(f.name, f.reason) for f in unknown.trust_flags] == [("unclassified", "something a later check said")]
     assert not unknown.correct and score(unknown) == 0.0
-    raw["details"].update(suspicious=False, suspicious_reasons=[],
-                          trust_flags=[{"name": "escaped_stream", "reason": "r"}])  # a flag alone
+    raw["details"]["trust"].update(suspicious=False, reasons=[],
+                                   flags=[{"name": "escaped_stream", "reason": "r"}])  # a flag alone
     assert not Verdict.from_dict(raw).trusted
 
 
@@ -78,10 +79,10 @@ def test_timing_checks_name_their_flags_with_fixed_thresholds():
 
 
 def test_the_provenance_reason_gets_its_flag_once_and_the_feedback_says_it_earned_nothing():
-    d = VerdictDetails(suspicious=True, suspicious_reasons=[REASONS["provenance_unchecked"]])
+    d = VerdictDetails(trust=TrustRecord(suspicious=True, reasons=[REASONS["provenance_unchecked"]]))
     settle_flags(d)
     settle_flags(d)
-    assert [f.name for f in d.trust_flags] == ["provenance_unchecked"] and len(d.suspicious_reasons) == 1
+    assert [f.name for f in d.trust.flags] == ["provenance_unchecked"] and len(d.trust.reasons) == 1
     flag_untrusted(d, "escaped_stream", REASONS["escaped_stream"])
     message = _passed_message(d, feedback.correct(5.0))
     assert message.startswith("Your answer was not trusted, so it counts as incorrect and earned nothing: "
@@ -297,7 +298,7 @@ def test_flags_cross_the_worker_boundary_by_name(tmp_path):
     path.write_text(WorkerReply(verdict=verdict).to_json())
     reply = WorkerReply.read(path)
     assert reply is not None and reply.verdict is not None
-    assert [(f.name, f.reason) for f in reply.verdict.details.trust_flags] == [
+    assert [(f.name, f.reason) for f in reply.verdict.details.trust.flags] == [
         ("escaped_stream", REASONS["escaped_stream"])]
     assert not reply.verdict.correct
 

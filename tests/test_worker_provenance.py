@@ -20,6 +20,7 @@ from kevin_agent.evaluate.build.cache import BuildResult, _read_entry, rehome
 from kevin_agent.evaluate.provenance.trace import ProfileTrace
 from kevin_agent.evaluate.worker import guards
 from kevin_agent.evaluate.worker import provenance as W
+from kevin_agent.verdict_records import CorrectnessRecord, ProvenanceRecord
 from kevin_agent.verdict_text import render_verdict
 
 HANDMADE = Path(__file__).parent / "fixtures" / "provenance" / "handmade"
@@ -106,9 +107,14 @@ def test_accepted_candidate_keeps_its_result_for_the_feedback(profiled, tmp_path
     assert run(ctx, "own_add_zeros_fill", 2) is None
     d = ctx.details
     assert ctx.provenance is not None and ctx.provenance.ok
-    assert d.provenance_ok and d.provenance_policy == "strict" and d.own_share is not None and 0.5 < d.own_share < 1.0
-    assert d.kernels and {"name", "origin", "calls", "ms", "share"} <= set(d.kernels[0])
-    assert (d.provenance_summary or "").startswith("provenance strict: accepted")
+    assert (
+        d.provenance.ok
+        and d.provenance.policy == "strict"
+        and d.provenance.own_share is not None
+        and 0.5 < d.provenance.own_share < 1.0
+    )
+    assert d.provenance.kernels and {"name", "origin", "calls", "ms", "share"} <= set(d.provenance.kernels[0])
+    assert (d.provenance.summary or "").startswith("provenance strict: accepted")
     assert profiled["calls"] == ["candidate"]  # the baseline's launch count is reused
 
 
@@ -122,7 +128,8 @@ def test_strict_rejection_names_foreign_kernels_partial_and_the_source_hints(pro
     assert "cuDNN" in verdict.message and "%" in verdict.message
     assert "Where your code likely does that work:\nline 0: calls F.conv2d" in verdict.message
     assert "and 2 more" in verdict.message
-    assert ctx.details.partial_would_accept is True and "partial would accept" in (ctx.details.provenance_summary or "")
+    p = ctx.details.provenance
+    assert p.partial_would_accept is True and "partial would accept" in (p.summary or "")
     assert ctx.details.error and ctx.details.error in verdict.message  # not printed twice by render_verdict
     assert ctx.provenance is None
 
@@ -134,14 +141,14 @@ def test_reference_is_profiled_when_the_baseline_has_no_launch_count(profiled, t
     assert profiled["calls"] == ["candidate", "reference"]
     assert verdict is not None and "not fewer than" in verdict.message
     reference = ProfileTrace.from_dict(scenario("token_own_torch_fallback")["reference"])
-    assert ctx.details.reference_launches == reference.launches
+    assert ctx.details.provenance.reference_launches == reference.launches
 
 
 def test_strict_profiles_the_reference_only_to_say_what_partial_would_do(profiled, tmp_path):
     load(profiled, "token_own_torch_fallback")
     ctx = make_ctx(tmp_path)
     assert run(ctx, "token_own_torch_fallback", None) is not None
-    assert profiled["calls"] == ["candidate", "reference"] and ctx.details.partial_would_accept is False
+    assert profiled["calls"] == ["candidate", "reference"] and ctx.details.provenance.partial_would_accept is False
     profiled["calls"].clear()
     load(profiled, "own_only_add")
     assert run(make_ctx(tmp_path), "own_only_add", None) is None
@@ -157,8 +164,8 @@ def test_a_failed_profile_of_the_candidates_call_rejects_it(profiled, tmp_path):
         verdict = run(ctx, "own_only_add", 1)
         assert verdict is not None and verdict.stage is Stage.PROVENANCE and not verdict.correct
         assert "could not be checked" in verdict.message and "CUPTI_ERROR_NOT_INITIALIZED" in verdict.message
-        assert f"policy {policy}" in verdict.message and ctx.details.provenance_ok is False
-        assert ctx.provenance is None and not ctx.details.suspicious
+        assert f"policy {policy}" in verdict.message and ctx.details.provenance.ok is False
+        assert ctx.provenance is None and not ctx.details.trust.suspicious
 
 
 def test_unavailable_profiler_at_worker_start_flags_suspicious(profiled, monkeypatch, tmp_path):
@@ -166,8 +173,8 @@ def test_unavailable_profiler_at_worker_start_flags_suspicious(profiled, monkeyp
     fault, flagged "not checked" so the answer never counts as best."""
     monkeypatch.setitem(W._UNAVAILABLE, "reason", "the profiler recorded no GPU work")
     ctx = make_ctx(tmp_path)
-    assert run(ctx, "own_only_add", 1) is None and ctx.details.suspicious
-    assert ctx.details.suspicious_reasons[0].startswith("provenance not checked")
+    assert run(ctx, "own_only_add", 1) is None and ctx.details.trust.suspicious
+    assert ctx.details.trust.reasons[0].startswith("provenance not checked")
     assert profiled["calls"] == []
 
 
@@ -187,9 +194,9 @@ def test_no_listed_own_kernel_is_rejected_under_both_policies(profiled, tmp_path
     assert verdict is not None and verdict.stage is Stage.PROVENANCE and not verdict.ok and not verdict.correct
     assert why in verdict.message and "kernel provenance check rejected it" in verdict.message
     d = ctx.details
-    assert d.provenance_ok is False and d.provenance_reasons[0].startswith(why.split(" (")[0])
-    assert not any(r.startswith("provenance not checked") for r in d.suspicious_reasons)
-    assert d.kernels and all(k["origin"] != "own" for k in d.kernels)
+    assert d.provenance.ok is False and d.provenance.reasons[0].startswith(why.split(" (")[0])
+    assert not any(r.startswith("provenance not checked") for r in d.trust.reasons)
+    assert d.provenance.kernels and all(k["origin"] != "own" for k in d.provenance.kernels)
     assert profiled["calls"] == ["candidate"]
 
 
@@ -254,22 +261,33 @@ def test_stage_order_and_correctness_of_provenance_verdicts():
 
 
 def test_verdict_details_round_trip_the_new_fields():
-    details = VerdictDetails(kernels=[{"name": "k", "origin": "own", "calls": 1, "ms": 0.1, "share": 1.0}],
-                             own_share=1.0, provenance_policy="partial", partial_would_accept=None,
-                             error_vs_fp64=1e-3, reference_error_vs_fp64=5e-4, provenance_reasons=["r"])
+    details = VerdictDetails(
+        correctness=CorrectnessRecord(error_vs_fp64=1e-3, reference_error_vs_fp64=5e-4),
+        provenance=ProvenanceRecord(
+            kernels=[{"name": "k", "origin": "own", "calls": 1, "ms": 0.1, "share": 1.0}],
+            own_share=1.0,
+            policy="partial",
+            partial_would_accept=None,
+            reasons=["r"],
+        ),
+    )
     again = Verdict.from_dict(json.loads(json.dumps(Verdict(Stage.TIMING, True, "m", details).to_dict())))
     assert again.details == details
-    assert VerdictDetails.from_dict({"max_abs_error": 1.0}).kernels is None  # runs stored before provenance
+    assert VerdictDetails.from_dict({"max_abs_error": 1.0}).provenance.kernels is None  # runs stored before provenance
 
 
 def test_render_verdict_shows_the_kernel_table_fp64_errors_and_the_provenance_line():
     details = VerdictDetails(
-        max_abs_error=2e-3, max_rel_error=1e-2, atol=1e-4, rtol=1e-4, error_vs_fp64=2.2e-3,
-        reference_error_vs_fp64=1.1e-3, rms_error_vs_fp64=3e-4, reference_rms_error_vs_fp64=2e-4, fp64_accepted=True,
-        own_share=0.75, provenance_policy="strict", provenance_summary="provenance strict: accepted; own kernels 75.0%",
-        kernels=[{"name": "void relu_kernel<float>(float const*, float*, long)", "origin": "own", "calls": 1,
-                  "ms": 0.03, "share": 0.75, "role": "compute"},
-                 {"name": "Memset (Device)", "origin": "torch", "calls": 1, "ms": 0.01, "share": 0.25, "role": "fill"}])
+        correctness=CorrectnessRecord(
+            max_abs_error=2e-3, max_rel_error=1e-2, atol=1e-4, rtol=1e-4, error_vs_fp64=2.2e-3,
+            reference_error_vs_fp64=1.1e-3, rms_error_vs_fp64=3e-4, reference_rms_error_vs_fp64=2e-4,
+            fp64_accepted=True),
+        provenance=ProvenanceRecord(
+            own_share=0.75, policy="strict", summary="provenance strict: accepted; own kernels 75.0%",
+            kernels=[{"name": "void relu_kernel<float>(float const*, float*, long)", "origin": "own", "calls": 1,
+                      "ms": 0.03, "share": 0.75, "role": "compute"},
+                     {"name": "Memset (Device)", "origin": "torch", "calls": 1, "ms": 0.01, "share": 0.25,
+                      "role": "fill"}]))
     text = render_verdict(Verdict(Stage.TIMING, True, "ok", details))
     assert ("against float64: max abs 0.0022 (eager's own 0.0011), RMS 0.0003 (eager's own 0.0002); passed by the "
             "float64 rule") in text
@@ -368,7 +386,7 @@ def test_torch_compile_stopped_by_the_sandbox_gets_the_provenance_rule(tmp_path,
     assert verdict.stage is Stage.PROVENANCE and not verdict.ok and not verdict.correct
     assert "generated code" in verdict.message and f"policy {policy}" in verdict.message
     assert "torch.compile" in verdict.message and "Permission denied" in verdict.message
-    assert ctx.details.provenance_ok is False and ctx.details.provenance_policy == policy
+    assert ctx.details.provenance.ok is False and ctx.details.provenance.policy == policy
     plain = stages._failure(cast(Any, make_ctx(tmp_path)), Stage.LOAD, ValueError("bad shape"))
     assert plain.stage is Stage.LOAD and "raised an error at run time" in plain.message
 

@@ -39,6 +39,7 @@ from kevin_agent.evaluate.worker.speed_of_light import (
     tensor_bytes,
 )
 from kevin_agent.evaluate.worker.timing import escape_reason, flush_buffer_bytes, spread_of_medians, stats_from_samples
+from kevin_agent.verdict_records import TimingRecord
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -430,10 +431,10 @@ def _written(path, text):
 
 def test_write_reply_is_atomic_and_complete(tmp_path):
     path = tmp_path / "out" / "result.json"
-    verdict = Verdict(Stage.TIMING, True, "fast", VerdictDetails(speedup_vs_eager=2.0))
+    verdict = Verdict(Stage.TIMING, True, "fast", VerdictDetails(timing=TimingRecord(speedup_vs_eager=2.0)))
     write_reply(path, WorkerReply(verdict=verdict))
     reply = WorkerReply.read(path)
-    assert reply and reply.verdict and reply.verdict.details.speedup_vs_eager == 2.0
+    assert reply and reply.verdict and reply.verdict.details.timing.speedup_vs_eager == 2.0
     assert [p.name for p in path.parent.iterdir()] == ["result.json"]  # no temp file left
 
 

@@ -32,14 +32,14 @@ def flagged(name: str, old_style: bool = False, speedup: float = FLAGGED_SPEEDUP
     """A timed verdict whose check ``name`` fired; ``old_style``: stored before flags had names."""
     verdict = Verdict.from_dict(timed(speedup))
     if old_style:
-        verdict.details.suspicious = True
-        verdict.details.suspicious_reasons = [REASONS[name]]
+        verdict.details.trust.suspicious = True
+        verdict.details.trust.reasons = [REASONS[name]]
     else:
         flag_untrusted(verdict.details, name, REASONS[name])
     verdict.message = feedback.untrusted([REASONS[name]])
     raw = verdict.to_dict()
     if old_style:
-        raw["details"].pop("trust_flags")  # as stored before the field existed
+        raw["details"]["trust"].pop("flags")  # as stored before the field existed
     return raw
 
 

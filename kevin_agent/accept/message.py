@@ -25,9 +25,9 @@ def subject(class_name: str, verdict: Verdict) -> str:
     if untrusted:  # its numbers are not believed (accepted with --force): say that instead of them
         parts = [untrusted]
     else:
-        parts = [f"{_x(details.speedup_vs_eager)} eager"]
-        if details.speedup_vs_compile is not None:
-            parts.append(f"{_x(details.speedup_vs_compile)} torch.compile")
+        parts = [f"{_x(details.timing.speedup_vs_eager)} eager"]
+        if details.timing.speedup_vs_compile is not None:
+            parts.append(f"{_x(details.timing.speedup_vs_compile)} torch.compile")
         if better_choice(details) == "tie":
             parts.append(f"a tie with {tie_with(details)}")
     parts.append(gpu_short(details) or "unknown GPU")
@@ -49,32 +49,31 @@ def _search_line(settings: dict[str, Any]) -> str:
 
 
 def _correctness_line(verdict: Verdict) -> str:
-    d = verdict.details
-    trials = (f"{d.trials_passed}/{d.trials_total} trials" if d.trials_total is not None
-              else "passed")
+    c = verdict.details.correctness
+    trials = f"{c.trials_passed}/{c.trials_total} trials" if c.trials_total is not None else "passed"
     tolerances = []
-    if d.atol is not None:
-        tolerances.append(f"atol {d.atol:g}")
-    if d.rtol is not None:
-        tolerances.append(f"rtol {d.rtol:g}")
+    if c.atol is not None:
+        tolerances.append(f"atol {c.atol:g}")
+    if c.rtol is not None:
+        tolerances.append(f"rtol {c.rtol:g}")
     line = f"{trials} on fresh random inputs"
-    if is_replayed(d):
+    if is_replayed(verdict.details):
         line += " (recorded, replayed here)"
     if tolerances:
         line += ", " + ", ".join(tolerances)
-    if d.max_abs_error is not None:
-        line += f" (max abs error {d.max_abs_error:.2g})"
+    if c.max_abs_error is not None:
+        line += f" (max abs error {c.max_abs_error:.2g})"
     return line
 
 
 def _timing_line(verdict: Verdict) -> Optional[str]:
-    d = verdict.details
+    t = verdict.details.timing
     pieces = [f"{label} {ms}" for label, ms in
-              (("kernel", _ms(d.kernel)), ("eager", _ms(d.eager)), ("torch.compile", _ms(d.compiled)))
+              (("kernel", _ms(t.kernel)), ("eager", _ms(t.eager)), ("torch.compile", _ms(t.compiled)))
               if ms is not None]
     if not pieces:
         return None
-    trials = d.kernel.trials if d.kernel is not None else None
+    trials = t.kernel.trials if t.kernel is not None else None
     return ", ".join(pieces) + (f" (median of {trials} trials)" if trials else "")
 
 
@@ -84,22 +83,23 @@ def _verdict_note(verdict: Verdict) -> Optional[str]:
     if better_choice(d) == "tie":
         return (f"Note: this kernel ties with {tie_with(d)} {where}: the difference is within the "
                 "timing noise (95% intervals of the medians overlap, or under 2%).")
-    slower_than_eager = d.speedup_vs_eager is not None and d.speedup_vs_eager <= 1.0
-    if slower_than_eager:
-        also = " or torch.compile" if d.speedup_vs_compile is not None and d.speedup_vs_compile <= 1.0 else ""
+    vs_eager, vs_compile = d.timing.speedup_vs_eager, d.timing.speedup_vs_compile
+    if vs_eager is not None and vs_eager <= 1.0:
+        also = " or torch.compile" if vs_compile is not None and vs_compile <= 1.0 else ""
         return f"Note: this kernel is not faster than eager PyTorch{also} {where}."
-    if d.speedup_vs_compile is not None and d.speedup_vs_compile <= 1.0:
+    if vs_compile is not None and vs_compile <= 1.0:
         return (f"Note: torch.compile is faster than this kernel {where} "
-                f"({_x(d.speedup_vs_compile)} vs torch.compile); it beats eager only.")
+                f"({_x(vs_compile)} vs torch.compile); it beats eager only.")
     return None
 
 
 def _environment_line(d: VerdictDetails) -> str:
-    gpu = d.gpu_name if d.gpu_name and d.gpu_name != REPLAY_GPU_NAME else None
-    line = ", ".join([gpu or "unknown GPU", f"torch {d.torch_version or 'unknown'}",
-                      f"CUDA {d.cuda_version or 'unknown'}"])
+    env = d.environment
+    gpu = env.gpu_name if env.gpu_name and env.gpu_name != REPLAY_GPU_NAME else None
+    line = ", ".join([gpu or "unknown GPU", f"torch {env.torch_version or 'unknown'}",
+                      f"CUDA {env.cuda_version or 'unknown'}"])
     if is_replayed(d):
-        line += f" (measured in run {d.measured_in}, replayed here)" if d.measured_in else " (replayed here)"
+        line += f" (measured in run {env.measured_in}, replayed here)" if env.measured_in else " (replayed here)"
     return line
 
 
@@ -121,7 +121,7 @@ def commit_message(*, class_name: str, source_label: str, run_id: str, candidate
         ("Candidate", f"{candidate.id} (trajectory {candidate.trajectory}, turn {candidate.turn})"),
         ("Correctness", _correctness_line(verdict)),
         ("Timing", _timing_line(verdict)),
-        ("Speed of light", None if d.sol_fraction is None else f"{d.sol_fraction:.0%} of the GPU's peak"),
+        ("Speed of light", None if d.timing.sol_fraction is None else f"{d.timing.sol_fraction:.0%} of the GPU's peak"),
         ("Environment", _environment_line(d)),
     ]
     width = max(len(label) for label, _ in rows) + 2

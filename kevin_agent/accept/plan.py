@@ -156,15 +156,16 @@ def plan_accept(record: RunRecord, candidate_id: Optional[str] = None, repo_root
     names = ArtifactNames(class_name, _target_dir(target_dir, repo_root, source))
     source_label = f"{_relative(source, repo_root)}::{class_name}"
     d = verdict.details
-    prov = Provenance(source_label, record.run_id, candidate.id, d.speedup_vs_eager,
-                      d.speedup_vs_compile, gpu_short(d) or "unknown GPU")
+    prov = Provenance(source_label, record.run_id, candidate.id, d.timing.speedup_vs_eager,
+                      d.timing.speedup_vs_compile, gpu_short(d) or "unknown GPU")
     files = module_files(candidate.code or "", names, prov, original)
     plan = AcceptPlan(files=files, commit_message="", repo_root=repo_root, run_id=record.run_id,
                       candidate_id=candidate.id, class_name=class_name, source_path=source)
-    atol = d.atol
-    if d.fp64_accepted and d.max_abs_error is not None:  # accepted against float64, not eager's 1e-4:
-        atol = max(atol or 0.0, 2.0 * d.max_abs_error)  # the test compares with eager, give it that margin
-    tolerances = ToleranceSettings.from_tolerances(atol, d.rtol)
+    c = d.correctness
+    atol = c.atol
+    if c.fp64_accepted and c.max_abs_error is not None:  # accepted against float64, not eager's 1e-4:
+        atol = max(atol or 0.0, 2.0 * c.max_abs_error)  # the test compares with eager, give it that margin
+    tolerances = ToleranceSettings.from_tolerances(atol, c.rtol)
     files.update(render_test_file(names, source, source_label, tolerances, plan.label(names.test_path)))
     check_no_conflicts(files, plan.label)
     plan.commit_message = commit_message(
@@ -177,9 +178,9 @@ def plan_accept(record: RunRecord, candidate_id: Optional[str] = None, repo_root
     if is_replayed(d):
         plan.notes.append(f"verdict {measured_label(d)}: the kernel was not checked or timed on "
                           "this machine; run the generated test on a GPU before relying on it")
-    if d.speedup_vs_compile is not None and d.speedup_vs_compile <= 1.0:
+    if d.timing.speedup_vs_compile is not None and d.timing.speedup_vs_compile <= 1.0:
         plan.notes.append(f"torch.compile is faster for {class_name} on this GPU "
-                          f"({d.speedup_vs_compile:.2f}x vs torch.compile): consider torch.compile instead")
+                          f"({d.timing.speedup_vs_compile:.2f}x vs torch.compile): consider torch.compile instead")
     return plan
 
 

@@ -65,14 +65,14 @@ def task_result(name: str, level: int, record: RunRecord) -> TaskResult:
         result.compile_errors += _failed_at(verdict, Stage.COMPILE)
         result.provenance_rejections += _failed_at(verdict, Stage.PROVENANCE)
         result.untrusted += verdict.passed and not verdict.trusted
-        result.replayed = result.replayed or verdict.details.replayed
+        result.replayed = result.replayed or verdict.details.environment.replayed
         if not counts(verdict):
             continue
         result.correct = True
-        eager = verdict.details.speedup_vs_eager or 0.0
+        eager = verdict.details.timing.speedup_vs_eager or 0.0
         per_trajectory[candidate.trajectory] = max(per_trajectory[candidate.trajectory], eager)
         result.best_vs_eager = max(result.best_vs_eager, eager)
-        result.best_vs_compile = max(result.best_vs_compile, verdict.details.speedup_vs_compile or 0.0)
+        result.best_vs_compile = max(result.best_vs_compile, verdict.details.timing.speedup_vs_compile or 0.0)
     result.trajectory_best = [per_trajectory[t] for t in sorted(per_trajectory)]
     return result
 

@@ -16,11 +16,14 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kevin_agent.commands.optimize_cmd import add_evaluation_arguments
 from kevin_agent.errors import EnvironmentProblem, UserInputError
 from kevin_agent.verdict_text import render_verdict
+
+if TYPE_CHECKING:
+    from kevin_agent.data import Verdict
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -161,14 +164,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def baseline_note(verdict) -> str | None:  # verdict: data.Verdict
+def baseline_note(verdict: Verdict) -> str | None:
     """How long this evaluation spent measuring the task's baselines, when it did."""
-    seconds = verdict.details.baseline_seconds
+    seconds = verdict.details.timing.baseline_seconds
     if seconds is None:
         return None
-    return (f"measured this task's baselines (eager, torch.compile) on {verdict.details.gpu_name or 'the GPU'} "
+    gpu = verdict.details.environment.gpu_name or "the GPU"
+    return (f"measured this task's baselines (eager, torch.compile) on {gpu} "
             f"in {seconds:.1f} s; later evaluations of this task reuse them (--fresh-baselines measures again)")
 
 
-def _print(verdict, as_json: bool) -> None:  # verdict: data.Verdict
+def _print(verdict: Verdict, as_json: bool) -> None:
     print(json.dumps(verdict.to_dict(), indent=2) if as_json else render_verdict(verdict))

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kevin_agent.run_record import RunRecord
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_by_gpu(console: Any, record: Any) -> None:
+def print_by_gpu(console: Any, record: RunRecord) -> None:
     """A run measured on several GPU models (a cluster): one table and best kernel per model, as
     speedups are compared only between verdicts of the same model; then the conclusion."""
     from kevin_agent.progress import candidates_table
@@ -75,7 +78,7 @@ def print_by_gpu(console: Any, record: Any) -> None:
 
     best = record.best_by_gpu()
     for name in [*record.gpu_names(), None]:
-        pairs = [(c, v) for c, v in record.candidates if (v.details.gpu_name if v else None) == name]
+        pairs = [(c, v) for c, v in record.candidates if (v.details.environment.gpu_name if v else None) == name]
         if not pairs:
             continue
         where = f"on {name}" if name else "not run on a GPU"

@@ -211,7 +211,7 @@ class CudaEvaluator(Evaluator):
             batch.fail(err)
             return
         details = build_details(outcome)
-        details.gpu_name = self.gpu_name
+        details.environment.gpu_name = self.gpu_name
         if not outcome.ok or self.settings.compile_only:
             batch.count(compiling=-1)
             batch.settle(index, compile_verdict(outcome, details))
@@ -257,8 +257,8 @@ class CudaEvaluator(Evaluator):
             return
         if result.task_failure is not None:
             raise UserInputError(f"the reference task failed: {result.task_failure}")
-        result.verdict.details.baseline_cached = cached
-        result.verdict.details.baseline_seconds = None if cached else baseline.measured_seconds
+        result.verdict.details.timing.baseline_cached = cached
+        result.verdict.details.timing.baseline_seconds = None if cached else baseline.measured_seconds
         batch.settle(item.index, merge_build_details(result.verdict, item.build))
 
     def _job_settings(self) -> EvalSettings:

@@ -103,8 +103,9 @@ class LocalLane(GpuLane):
         starts, or it was cancelled while waiting)."""
         result = self.pool.run(job, cancel=cancel, start_next=not last, timeout_s=timeout_s,
                                gate=lambda: self._gate(cancel, on_wait, on_hold))
-        result.verdict.details.lane = self.name
-        result.verdict.details.gpu_uuid = result.verdict.details.gpu_uuid or self.device.uuid
+        where = result.verdict.details.environment
+        where.lane = self.name
+        where.gpu_uuid = where.gpu_uuid or self.device.uuid
         return result
 
     @contextlib.contextmanager

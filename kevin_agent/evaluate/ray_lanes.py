@@ -320,15 +320,15 @@ class RayLane(GpuLane):
     def _collect(self, ref: Any) -> WorkerResult:
         ray = import_ray()
         try:
-            result = ray.get(ref)
+            result: WorkerResult = ray.get(ref)
         except ray.exceptions.RayTaskError as err:
             raise _cause(err) from None
         except ray.exceptions.RayError as err:
             raise self.lose(_first_line(err)) from None
-        details = result.verdict.details
-        details.lane = self.name
-        details.gpu_uuid = details.gpu_uuid or self.device.uuid
-        details.gpu_name = details.gpu_name or self.device.name
+        where = result.verdict.details.environment
+        where.lane = self.name
+        where.gpu_uuid = where.gpu_uuid or self.device.uuid
+        where.gpu_name = where.gpu_name or self.device.name
         return result
 
     def _cancel(self, actor: Any, job_id: str, ref: Any) -> WorkerResult:

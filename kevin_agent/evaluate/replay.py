@@ -5,7 +5,7 @@ wrapping around) and/or ``{"by_marker": {"MARKER": Verdict.to_dict()}}`` (the fi
 file order, found in the candidate code picks the verdict; markers win over the ordered list).
 Optional ``"default"`` (a verdict for candidates nothing else matches) and ``"delay_s"`` (sleep
 per candidate, to test cancellation). The real static checks run first, so reward hacks are
-rejected even here. Every recorded verdict served comes back with ``details.replayed=True``: it
+rejected even here. Every recorded verdict served comes back with ``details.environment.replayed=True``: it
 keeps the GPU it was measured on (``gpu_name``) and the run it was measured in (``measured_in``),
 and gets ``gpu_name="replay"`` only when the recording names no GPU. Faces label such verdicts
 "measured on GPU in run X, replayed here" (verdict_text.measured_label): never a measurement here.
@@ -70,8 +70,8 @@ class ReplayEvaluator(Evaluator):
                 VerdictDetails(error="no replay verdict"),
             )
         verdict = copy.deepcopy(chosen)
-        verdict.details.replayed = True
-        verdict.details.gpu_name = verdict.details.gpu_name or REPLAY_GPU_NAME
+        verdict.details.environment.replayed = True
+        verdict.details.environment.gpu_name = verdict.details.environment.gpu_name or REPLAY_GPU_NAME
         return verdict
 
     def evaluate(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from kevin_agent import feedback
-from kevin_agent.data import Stage, Verdict, VerdictDetails
+from kevin_agent.data import BuildRecord, Stage, Verdict, VerdictDetails
 from kevin_agent.evaluate.build.compile import CompileOutcome
 
 
@@ -37,21 +37,18 @@ def build_details(outcome: CompileOutcome) -> VerdictDetails:
     results = outcome.results
     failing = next((r for r in results if not r.ok), None)
     shown = failing or (results[0] if results else None)
-    return VerdictDetails(
-        build_seconds=round(sum(r.seconds for r in results), 3) if results else None,
+    return VerdictDetails(build=BuildRecord(
+        seconds=round(sum(r.seconds for r in results), 3) if results else None,
         cache_hit=all(r.cache_hit for r in results) if results else None,
-        build_log_path=shown.log_path if shown else None,
-        build_path=shown.path if shown else None,
+        log_path=shown.log_path if shown else None,
+        path=shown.path if shown else None,
         compiler_errors=failing.errors if failing else None,
-    )
+    ))
 
 
 def merge_build_details(verdict: Verdict, build: VerdictDetails) -> Verdict:
-    """Fill the build fields the worker left empty."""
-    details = verdict.details
-    for name in ("build_seconds", "cache_hit", "build_log_path", "build_path"):
-        if getattr(details, name) is None:
-            setattr(details, name, getattr(build, name))
+    """Fill the build fields the worker left empty (its compiler errors stay its own)."""
+    verdict.details.build.fill_from(build.build)
     return verdict
 
 
@@ -59,5 +56,5 @@ def compile_verdict(outcome: CompileOutcome, details: VerdictDetails) -> Verdict
     """The COMPILE verdict of a failed build (or of a compile-only evaluation)."""
     if outcome.ok:
         return Verdict(Stage.COMPILE, True, feedback.compiled_only(), details)
-    message = outcome.message or feedback.compile_error(details.compiler_errors or "unknown error")
+    message = outcome.message or feedback.compile_error(details.build.compiler_errors or "unknown error")
     return Verdict(Stage.COMPILE, False, message, details)

@@ -48,7 +48,7 @@ def test_two_evaluators_on_one_gpu_take_turns(tmp_path, gpu_cache_dir):
     for result in results:
         verdict = result["verdict"]
         assert verdict["stage"] == "timing" and verdict["ok"], verdict["message"]
-        assert not verdict["details"]["suspicious"], verdict["details"]["suspicious_reasons"]
+        assert not verdict["details"]["trust"]["suspicious"], verdict["details"]["trust"]["reasons"]
     waited = [r for r in results if r["waits"]]
     assert waited, "neither evaluator waited for the GPU"
     other = {r["pid"] for r in results} - {waited[0]["pid"]}

@@ -90,10 +90,10 @@ def run(pool: Any, cache: Path, task: str, candidate: str, label: str, policy: s
     verdict = result.verdict
     log_record({"event": "verdict", "label": label, "policy": policy, "seconds": round(result.seconds, 2),
                 "stage": verdict.stage.value, "ok": verdict.ok, "message": verdict.message[:3000],
-                "kernels": verdict.details.kernels, "own_share": verdict.details.own_share,
-                "error_vs_fp64": verdict.details.error_vs_fp64,
-                "reference_error_vs_fp64": verdict.details.reference_error_vs_fp64,
-                "max_abs_error": verdict.details.max_abs_error, "stderr_tail": result.stderr_tail[-1500:]})
+                "kernels": verdict.details.provenance.kernels, "own_share": verdict.details.provenance.own_share,
+                "error_vs_fp64": verdict.details.correctness.error_vs_fp64,
+                "reference_error_vs_fp64": verdict.details.correctness.reference_error_vs_fp64,
+                "max_abs_error": verdict.details.correctness.max_abs_error, "stderr_tail": result.stderr_tail[-1500:]})
     return verdict, result
 
 
@@ -117,14 +117,14 @@ def test_lax_family_is_rejected_by_provenance(worker_pool, prov_cache, family):
     verdict, result = run(worker_pool, prov_cache, prov_task("mm"), prov_candidate(f"lax_{family}"), f"lax/{family}")
     d = verdict.details
     assert (verdict.stage, verdict.ok) == (Stage.PROVENANCE, False), describe(verdict, result)
-    assert not verdict.correct and d.provenance_ok is False and d.provenance_policy == "strict"
+    assert not verdict.correct and d.provenance.ok is False and d.provenance.policy == "strict"
     assert "kernel provenance check rejected it" in verdict.message
-    foreign = [k for k in d.kernels if k["origin"] != "own" and k["role"] == "compute"]
-    assert foreign, d.kernels
-    assert any(k["origin"] in ("library", "torch", "generated") for k in foreign), d.kernels
-    assert any(k["origin"] == "own" for k in d.kernels), d.kernels  # its token kernel ran
-    assert d.own_share is not None and d.own_share < 0.5
-    assert d.kernel is None  # no timing was spent on it
+    foreign = [k for k in d.provenance.kernels if k["origin"] != "own" and k["role"] == "compute"]
+    assert foreign, d.provenance.kernels
+    assert any(k["origin"] in ("library", "torch", "generated") for k in foreign), d.provenance.kernels
+    assert any(k["origin"] == "own" for k in d.provenance.kernels), d.provenance.kernels  # its token kernel ran
+    assert d.provenance.own_share is not None and d.provenance.own_share < 0.5
+    assert d.timing.kernel is None  # no timing was spent on it
 
 
 def test_torch_compile_in_init_is_a_provenance_rejection_naming_the_rule(worker_pool, prov_cache):
@@ -135,7 +135,7 @@ def test_torch_compile_in_init_is_a_provenance_rejection_naming_the_rule(worker_
                           "lax/compile_in_init")
     assert (verdict.stage, verdict.ok) == (Stage.PROVENANCE, False), describe(verdict, result)
     assert "kernel provenance check rejected" in verdict.message and "torch.compile" in verdict.message
-    assert "policy strict" in verdict.message and verdict.details.provenance_ok is False
+    assert "policy strict" in verdict.message and verdict.details.provenance.ok is False
     assert "PermissionError" not in verdict.message.splitlines()[0]
 
 
@@ -146,7 +146,7 @@ def test_a_kernel_only_in_a_string_is_rejected_not_unchecked(worker_pool, prov_c
                           f"judge/kernel_in_string/{policy}", policy=policy)
     assert (verdict.stage, verdict.ok) == (Stage.PROVENANCE, False), describe(verdict, result)
     assert "no CUDA kernel (__global__ function) could be listed" in verdict.message
-    assert not any(r.startswith("provenance not checked") for r in verdict.details.suspicious_reasons)
+    assert not any(r.startswith("provenance not checked") for r in verdict.details.trust.reasons)
 
 
 def test_work_handed_to_a_helper_thread_is_attributed(worker_pool, prov_cache):
@@ -154,8 +154,9 @@ def test_work_handed_to_a_helper_thread_is_attributed(worker_pool, prov_cache):
     verdict, result = run(worker_pool, prov_cache, prov_task("mm"), (JUDGE / "thread_offload.py").read_text(),
                           "judge/thread_offload")
     assert (verdict.stage, verdict.ok) == (Stage.PROVENANCE, False), describe(verdict, result)
-    foreign = [k for k in verdict.details.kernels if k["origin"] != "own" and k["role"] == "compute"]
-    assert foreign and any(k["origin"] == "own" for k in verdict.details.kernels), verdict.details.kernels
+    kernels = verdict.details.provenance.kernels
+    foreign = [k for k in kernels if k["origin"] != "own" and k["role"] == "compute"]
+    assert foreign and any(k["origin"] == "own" for k in kernels), kernels
 
 
 def test_an_answer_that_stops_working_after_the_checked_calls_fails_on_a_timed_call(worker_pool, prov_cache):
@@ -175,10 +176,10 @@ def test_style_own_kernels_pass_strict_and_partial_would_accept(worker_pool, pro
     verdict, result = run(worker_pool, prov_cache, prov_task(STYLES[name]), prov_candidate(name), f"style/{name}")
     d = verdict.details
     assert (verdict.stage, verdict.ok) == (Stage.TIMING, True), describe(verdict, result)
-    assert d.provenance_ok and d.partial_would_accept is True, d.provenance_reasons
-    assert d.own_share > 0.5 and d.kernels[0]["origin"] == "own", d.kernels
-    assert d.reference_launches is not None and d.reference_launches >= 1  # from the baseline job
-    assert not any(r.startswith("provenance not checked") for r in d.suspicious_reasons), d.suspicious_reasons
+    assert d.provenance.ok and d.provenance.partial_would_accept is True, d.provenance.reasons
+    assert d.provenance.own_share > 0.5 and d.provenance.kernels[0]["origin"] == "own", d.provenance.kernels
+    assert d.provenance.reference_launches is not None and d.provenance.reference_launches >= 1  # from the baseline job
+    assert not any(r.startswith("provenance not checked") for r in d.trust.reasons), d.trust.reasons
     assert "GPU time of one forward call" in verdict.message and "Own kernels:" in verdict.message
 
 
@@ -187,13 +188,13 @@ def test_style_own_kernels_pass_partial(worker_pool, prov_cache, name):
     verdict, result = run(worker_pool, prov_cache, prov_task(STYLES[name]), prov_candidate(name),
                           f"style-partial/{name}", policy="partial")
     assert (verdict.stage, verdict.ok) == (Stage.TIMING, True), describe(verdict, result)
-    assert verdict.details.provenance_policy == "partial" and verdict.details.provenance_ok
+    assert verdict.details.provenance.policy == "partial" and verdict.details.provenance.ok
 
 
 def test_style_two_extensions_count_both_as_own(worker_pool, prov_cache):
     verdict, result = run(worker_pool, prov_cache, prov_task("add_scale"), prov_candidate("style_two_extensions"),
                           "style/two-extensions-own")
-    own = {k["name"] for k in verdict.details.kernels if k["origin"] == "own"}
+    own = {k["name"] for k in verdict.details.provenance.kernels if k["origin"] == "own"}
     assert any("add_kernel" in n for n in own) and any("halve_in_place_kernel" in n for n in own), \
         describe(verdict, result)
 
@@ -206,15 +207,17 @@ def test_partial_accepts_a_cudnn_convolution_with_an_own_fused_epilogue(worker_p
                           prov_candidate("partial_cudnn_epilogue"), "partial/cudnn-epilogue", policy="partial")
     d = verdict.details
     assert (verdict.stage, verdict.ok) == (Stage.TIMING, True), describe(verdict, result)
-    assert any(k["origin"] == "library" for k in d.kernels) and any(k["origin"] == "own" for k in d.kernels)
-    assert d.reference_launches is not None
+    origins = {k["origin"] for k in d.provenance.kernels}
+    assert "library" in origins and "own" in origins
+    assert d.provenance.reference_launches is not None
 
 
 def test_strict_rejects_the_same_and_says_partial_would_accept(worker_pool, prov_cache):
     verdict, result = run(worker_pool, prov_cache, prov_task("conv_bias_relu"),
                           prov_candidate("partial_cudnn_epilogue"), "partial/cudnn-epilogue-strict")
     assert (verdict.stage, verdict.ok) == (Stage.PROVENANCE, False), describe(verdict, result)
-    assert verdict.details.partial_would_accept is True and "partial would accept" in verdict.details.provenance_summary
+    p = verdict.details.provenance
+    assert p.partial_would_accept is True and "partial would accept" in p.summary
     assert "cuDNN" in verdict.message
 
 
@@ -235,8 +238,9 @@ def test_fp64_matmul_k4096_in_another_order_passes(worker_pool, prov_cache):
                           "fp64/other-order", correctness_trials=5)
     d = verdict.details
     assert (verdict.stage, verdict.ok) == (Stage.TIMING, True), describe(verdict, result)
-    assert d.error_vs_fp64 is not None and d.reference_error_vs_fp64 is not None and d.reference_error_vs_fp64 > 0
-    assert d.rms_error_vs_fp64 <= 10 * d.reference_rms_error_vs_fp64
+    c = d.correctness
+    assert c.error_vs_fp64 is not None and c.reference_error_vs_fp64 is not None and c.reference_error_vs_fp64 > 0
+    assert d.correctness.rms_error_vs_fp64 <= 10 * d.correctness.reference_rms_error_vs_fp64
 
 
 def test_fp64_the_same_matmul_in_tf32_fails(worker_pool, prov_cache):
@@ -245,8 +249,8 @@ def test_fp64_the_same_matmul_in_tf32_fails(worker_pool, prov_cache):
     d = verdict.details
     assert (verdict.stage, verdict.ok) == (Stage.CORRECTNESS, False), describe(verdict, result)
     assert "against a float64 run of the reference" in verdict.message
-    assert d.error_vs_fp64 is not None and d.reference_error_vs_fp64 is not None
-    assert d.error_vs_fp64 > 10 * d.reference_error_vs_fp64
+    assert d.correctness.error_vs_fp64 is not None and d.correctness.reference_error_vs_fp64 is not None
+    assert d.correctness.error_vs_fp64 > 10 * d.correctness.reference_error_vs_fp64
 
 
 def test_product_reduction_that_underflows_is_not_called_constant(worker_pool, prov_cache):
@@ -266,7 +270,7 @@ def test_kernelbench_example_pairs_pass(worker_pool, prov_cache, name):
     answer = (KB / "few_shot" / f"model_new_ex_{name}.py").read_text()
     verdict, result = run(worker_pool, prov_cache, task, answer, f"kb/{name}", policy=policy)
     assert (verdict.stage, verdict.ok) == (Stage.TIMING, True), describe(verdict, result)
-    assert verdict.details.provenance_ok and verdict.details.provenance_policy == policy
+    assert verdict.details.provenance.ok and verdict.details.provenance.policy == policy
 
 
 def test_kernelbench_mnist2_is_rejected_by_strict_with_partial_would_accept(worker_pool, prov_cache):
@@ -274,7 +278,7 @@ def test_kernelbench_mnist2_is_rejected_by_strict_with_partial_would_accept(work
     answer = (KB / "few_shot" / "model_new_ex_mnist2.py").read_text()
     verdict, result = run(worker_pool, prov_cache, task, answer, "kb/mnist2-strict")
     assert (verdict.stage, verdict.ok) == (Stage.PROVENANCE, False), describe(verdict, result)
-    assert verdict.details.partial_would_accept is True
+    assert verdict.details.provenance.partial_would_accept is True
 
 
 @pytest.mark.parametrize("name", KB_ADVERSARIAL)

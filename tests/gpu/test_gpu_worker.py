@@ -21,29 +21,31 @@ def test_correct_kernel_passes_with_full_details(worker_pool, gpu_cache_dir, nam
     result = run_job(worker_pool, gpu_cache_dir, task_source(name), correct_candidate(name), f"correct/{name}")
     verdict, d = result.verdict, result.verdict.details
     assert (verdict.stage, verdict.ok) == (Stage.TIMING, True), (verdict.message, result.stderr_tail)
-    assert d.trials_passed == d.trials_total == 5
-    assert d.max_abs_error is not None and d.atol == 1e-4
-    assert 20 <= d.kernel.trials <= 100 and 20 <= d.eager.trials <= 100 and d.kernel.median_ms > 0  # adaptive
-    assert d.kernel.ci_low_ms <= d.kernel.median_ms <= d.kernel.ci_high_ms
-    assert d.compiled is not None and d.torch_compile_seconds > 0, result.stderr_tail
-    assert d.speedup_vs_eager == pytest.approx(d.eager.median_ms / d.kernel.median_ms)
-    assert d.speedup_vs_compile == pytest.approx(d.compiled.median_ms / d.kernel.median_ms)
-    assert verdict.message.startswith(feedback.correct(d.speedup_vs_eager) + "\nGPU time of one forward call")
-    assert d.provenance_ok and d.provenance_policy == "strict" and d.own_share > 0.5, d.kernels
-    assert d.kernels[0]["origin"] == "own" and d.reference_launches and d.reference_launches >= 1
-    assert d.reference_error_vs_fp64 is not None and d.error_vs_fp64 is not None
-    assert 0 < d.sol_fraction <= 1.0 and d.sol_ms == pytest.approx(d.sol_fraction * d.kernel.median_ms)
-    assert not d.suspicious, d.suspicious_reasons
+    assert d.correctness.trials_passed == d.correctness.trials_total == 5
+    assert d.correctness.max_abs_error is not None and d.correctness.atol == 1e-4
+    t = d.timing
+    assert 20 <= t.kernel.trials <= 100 and 20 <= t.eager.trials <= 100 and t.kernel.median_ms > 0  # adaptive
+    assert d.timing.kernel.ci_low_ms <= d.timing.kernel.median_ms <= d.timing.kernel.ci_high_ms
+    assert d.timing.compiled is not None and d.timing.torch_compile_seconds > 0, result.stderr_tail
+    assert d.timing.speedup_vs_eager == pytest.approx(d.timing.eager.median_ms / d.timing.kernel.median_ms)
+    assert d.timing.speedup_vs_compile == pytest.approx(d.timing.compiled.median_ms / d.timing.kernel.median_ms)
+    assert verdict.message.startswith(feedback.correct(d.timing.speedup_vs_eager) + "\nGPU time of one forward call")
+    assert d.provenance.ok and d.provenance.policy == "strict" and d.provenance.own_share > 0.5, d.provenance.kernels
+    launches = d.provenance.reference_launches
+    assert d.provenance.kernels[0]["origin"] == "own" and launches and launches >= 1
+    assert d.correctness.reference_error_vs_fp64 is not None and d.correctness.error_vs_fp64 is not None
+    assert 0 < t.sol_fraction <= 1.0 and t.sol_ms == pytest.approx(t.sol_fraction * t.kernel.median_ms)
+    assert not d.trust.suspicious, d.trust.reasons
     assert verdict.counts_as_best
-    assert d.gpu_name and d.torch_version and d.cuda_version
+    assert d.environment.gpu_name and d.environment.torch_version and d.environment.cuda_version
     if name == "matmul":
-        assert d.flops == 2 * 1024**3
+        assert d.timing.flops == 2 * 1024**3
     if name == "add":
-        assert d.flops == 0 and d.bytes_moved == 3 * 4096 * 4096 * 4
+        assert d.timing.flops == 0 and d.timing.bytes_moved == 3 * 4096 * 4096 * 4
     # the timer measures the GPU time the profiler's own record shows for one call (0.95-1.04 for
     # these four on the H200 at 1668ea8); timed_below_profile fires under a third of it
-    profiled_ms = sum(row["ms"] for row in d.kernels)
-    assert 0.8 <= d.kernel.median_ms / profiled_ms <= 1.25, (d.kernel.median_ms, d.kernels)
+    profiled_ms = sum(row["ms"] for row in d.provenance.kernels)
+    assert 0.8 <= d.timing.kernel.median_ms / profiled_ms <= 1.25, (d.timing.kernel.median_ms, d.provenance.kernels)
 
 
 def test_uninitialised_output_cannot_inherit_the_reference(worker_pool, gpu_cache_dir):
@@ -69,9 +71,9 @@ def test_side_stream_work_is_flagged_and_never_best(worker_pool, gpu_cache_dir):
                      "adversarial/side_stream", **FAST)
     verdict, d = result.verdict, result.verdict.details
     assert (verdict.stage, verdict.ok) == (Stage.TIMING, True), verdict.message  # results are right
-    assert d.suspicious and any("escapes the timed stream" in r for r in d.suspicious_reasons), d.suspicious_reasons
+    assert d.trust.suspicious and any("escapes the timed stream" in r for r in d.trust.reasons), d.trust.reasons
     assert not verdict.counts_as_best and not verdict.correct and not verdict.trusted
-    assert "escaped_stream" in [f.name for f in d.trust_flags], d.trust_flags
+    assert "escaped_stream" in [f.name for f in d.trust.flags], d.trust.flags
     assert verdict.message.startswith("Your answer was not trusted, so it counts as incorrect and earned nothing: ")
 
 
@@ -89,7 +91,7 @@ def test_patched_timing_is_rejected_at_load(worker_pool, gpu_cache_dir):
     verdict = result.verdict
     assert (verdict.stage, verdict.ok) == (Stage.LOAD, False), verdict.message
     assert "torch.cuda.Event.elapsed_time" in verdict.message and "not allowed" in verdict.message
-    assert verdict.details.kernel is None  # never timed
+    assert verdict.details.timing.kernel is None  # never timed
 
 
 def test_illegal_memory_access_becomes_a_load_verdict(worker_pool, gpu_cache_dir):
@@ -129,7 +131,7 @@ def test_timing_is_reproducible_across_five_rounds(worker_pool, gpu_cache_dir):
         result = run_job(worker_pool, gpu_cache_dir, task_source("matmul"), correct_candidate("matmul"),
                          f"stability/{round_index}", with_torch_compile=False, correctness_trials=1)
         assert result.verdict.ok, result.verdict.message
-        medians.append(result.verdict.details.kernel.median_ms)
+        medians.append(result.verdict.details.timing.kernel.median_ms)
     assert min(medians) >= 0.1, medians
     assert spread_of_medians(medians) <= 0.02, medians
 

@@ -70,13 +70,13 @@ def test_loop_with_real_evaluator(tmp_path: Path, gpu_cache_dir: Path) -> None:
     assert "correct" in slow.message and "speedup" in slow.message
     assert "failed to compile" in broken.message and "error" in broken.message
     assert "incorrect" in wrong.message
-    assert fast.details.speedup_vs_eager and slow.details.speedup_vs_eager
-    assert fast.details.speedup_vs_eager > 5 * slow.details.speedup_vs_eager
+    assert fast.details.timing.speedup_vs_eager and slow.details.timing.speedup_vs_eager
+    assert fast.details.timing.speedup_vs_eager > 5 * slow.details.timing.speedup_vs_eager
     best = record.best()
     assert best is not None
     best_candidate, best_verdict = best
     assert best_candidate.turn == 3
-    assert best_verdict.details.speedup_vs_eager == fast.details.speedup_vs_eager
+    assert best_verdict.details.timing.speedup_vs_eager == fast.details.timing.speedup_vs_eager
 
     # Each refinement prompt carries the previous turns' real feedback.
     messages = store.load_messages(record.run_id)

@@ -9,6 +9,7 @@ from kevin_agent.events import RunDone, VerdictReady
 from kevin_agent.lsp.commands import CommandFailed
 from kevin_agent.lsp.runs import RunManager, RunState
 from kevin_agent.lsp.server import create_server
+from kevin_agent.verdict_records import EnvironmentRecord, TimingRecord
 
 TASK = Task(source="class Model: pass\n", class_name="Model")
 
@@ -64,8 +65,10 @@ def test_a_command_refusal_is_not_reported_as_a_server_error(caplog):
 def _finished(speedup_vs_eager: float, speedup_vs_compile: float | None) -> RunState:
     from kevin_agent.data import Candidate, Stage, Verdict, VerdictDetails
 
-    details = VerdictDetails(speedup_vs_eager=speedup_vs_eager, speedup_vs_compile=speedup_vs_compile,
-                             gpu_name="NVIDIA H200")
+    details = VerdictDetails(
+        timing=TimingRecord(speedup_vs_eager=speedup_vs_eager, speedup_vs_compile=speedup_vs_compile),
+        environment=EnvironmentRecord(gpu_name="NVIDIA H200"),
+    )
     state = RunState("a", "Block", TASK, 1, 1, status="done")
     best = (Candidate(0, 0, id="t0.0"), Verdict(Stage.TIMING, True, "ok", details))
     state.view.apply(VerdictReady("run", *best))

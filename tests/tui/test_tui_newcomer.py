@@ -149,7 +149,7 @@ def _recorded_on_h200(tmp_path) -> ReplayEvaluator:
     path = write_replay(tmp_path / "recorded.json")
     raw = json.loads(path.read_text())
     for verdict in raw["by_marker"].values():
-        verdict["details"].update(gpu_name="NVIDIA H200", measured_in="rec-1")
+        verdict["details"]["environment"].update(gpu_name="NVIDIA H200", measured_in="rec-1")
     path.write_text(json.dumps(raw))
     return ReplayEvaluator(path)
 

@@ -34,6 +34,7 @@ from kevin_agent.evaluate.provenance import names as N
 from kevin_agent.evaluate.provenance.attribution import KernelRow, OwnKernels, kernel_rows
 from kevin_agent.evaluate.provenance.symbols import ExtensionKernels
 from kevin_agent.evaluate.provenance.trace import KernelActivity, ProfileTrace
+from kevin_agent.verdict_records import ProvenanceRecord
 
 STRICT_FILL_SHARE = 0.50  # fills (constants, ranges, random numbers, memset) of the call's GPU time
 STRICT_COPY_SHARE = 0.10  # layout and dtype copies, memcpy
@@ -117,14 +118,15 @@ class ProvenanceResult:
         values["foreign"] = ForeignSummary(**(raw.get("foreign") or {}))
         return cls(**{k: values[k] for k in cls.__dataclass_fields__})
 
-    def verdict_fields(self) -> dict[str, Any]:
-        """What VerdictDetails carries: ``kernels``, ``own_share`` and the policy's decision."""
-        return {"kernels": [{"name": r.name[:VERDICT_NAME_CHARS], "origin": r.origin, "calls": r.calls, "ms": r.ms,
-                             "share": r.share, "role": r.role, "family": r.family}
-                            for r in self.kernels[:VERDICT_KERNEL_ROWS]],
-                "own_share": self.own_share, "provenance_policy": self.policy, "provenance_ok": self.ok,
-                "foreign_share": self.foreign.share, "partial_would_accept": self.partial_would_accept,
-                "provenance_reasons": list(self.reasons), "reference_launches": self.reference_launches}
+    def verdict_record(self) -> ProvenanceRecord:
+        """What the verdict carries: the top kernels, ``own_share``, the policy's decision and summary."""
+        return ProvenanceRecord(
+            kernels=[{"name": r.name[:VERDICT_NAME_CHARS], "origin": r.origin, "calls": r.calls, "ms": r.ms,
+                      "share": r.share, "role": r.role, "family": r.family}
+                     for r in self.kernels[:VERDICT_KERNEL_ROWS]],
+            own_share=self.own_share, foreign_share=self.foreign.share, policy=self.policy, ok=self.ok,
+            partial_would_accept=self.partial_would_accept, reasons=list(self.reasons),
+            reference_launches=self.reference_launches, summary=self.summary)
 
 
 def judge(kernels: Iterable[KernelActivity] | ProfileTrace,

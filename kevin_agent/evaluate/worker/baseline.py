@@ -31,9 +31,9 @@ def measure_baseline(ctx: Context, task: Any, reference: Any) -> Baseline:
     compiled, compile_seconds = _time_compiled(timer, reference, snapshot(inputs), s) \
         if s.with_torch_compile else (None, None)
     baseline = Baseline(eager=eager, compiled=compiled, torch_compile_seconds=compile_seconds,
-                        inputs=input_signature(inputs), gpu_name=d.gpu_name or "",
-                        gpu_uuid=d.gpu_uuid or "", torch_version=d.torch_version or "",
-                        cuda_version=d.cuda_version or "", reference_kernels=launches)
+                        inputs=input_signature(inputs), gpu_name=d.environment.gpu_name or "",
+                        gpu_uuid=d.environment.gpu_uuid or "", torch_version=d.environment.torch_version or "",
+                        cuda_version=d.environment.cuda_version or "", reference_kernels=launches)
     _add_work(baseline, reference, inputs)
     return baseline
 

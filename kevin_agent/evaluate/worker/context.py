@@ -21,6 +21,7 @@ from kevin_agent.evaluate.worker.guards import (
 )
 from kevin_agent.evaluate.worker.loader import describe_exception, load_module_from_file
 from kevin_agent.evaluate.worker.timing import Clock
+from kevin_agent.verdict_records import EnvironmentRecord
 
 TIMING_SEED_OFFSET = 10_000
 
@@ -51,12 +52,12 @@ class Context:
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        """Time a stage into ``details.stage_seconds`` (on the captured clock), however it ends."""
+        """Time a stage into ``details.environment.stage_seconds`` (on the captured clock), however it ends."""
         started = self.clock.perf_counter()
         try:
             yield
         finally:
-            self.details.stage_seconds[name] = round(self.clock.perf_counter() - started, 4)
+            self.details.environment.stage_seconds[name] = round(self.clock.perf_counter() - started, 4)
 
     def seed_all(self, seed: int) -> None:
         self.captured.get("torch.manual_seed")(seed)
@@ -93,12 +94,12 @@ def environment_details(device: Any) -> VerdictDetails:
 
     properties = torch.cuda.get_device_properties(device)
     uuid = getattr(properties, "uuid", None)
-    return VerdictDetails(
+    return VerdictDetails(environment=EnvironmentRecord(
         gpu_name=torch.cuda.get_device_name(device),
         torch_version=torch.__version__,
         cuda_version=str(torch.version.cuda),
         gpu_uuid=f"GPU-{uuid}" if uuid is not None else None,
-    )
+    ))
 
 
 def load_reference(source: str, scratch: Path, ctx: Context) -> tuple[Any, Any, Any]:

@@ -124,6 +124,7 @@ OWN_MODULES: tuple[str, ...] = (
     "kevin_agent.eval_modes",
     "kevin_agent.feedback",
     "kevin_agent.data",
+    "kevin_agent.verdict_records",
 )
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kevin_agent import feedback
-from kevin_agent.data import Stage, Verdict
+from kevin_agent.data import Stage, Verdict, VerdictDetails
 from kevin_agent.eval_modes import STRICT, Policy
 from kevin_agent.evaluate.provenance.attribution import OwnKernels
 from kevin_agent.evaluate.provenance.policy import (
@@ -194,10 +194,11 @@ class ProvenanceInputs:
 def generated_code_rejection(ctx: Any, text: str) -> Verdict:
     """torch.compile or Triton in the answer, stopped before its code ran (the sandbox forbids the
     compiler's processes and cache writes): rejected by the policy's rule on generated code."""
-    d, policy = ctx.details, ctx.settings.policy  # a Policy: EvalSettings parsed it
+    d: VerdictDetails = ctx.details
+    policy = ctx.settings.policy  # a Policy: EvalSettings parsed it
     reason = "generated code (torch.compile or Triton) in the answer"
-    d.provenance_policy, d.provenance_ok, d.provenance_reasons = policy, False, [reason]
-    d.provenance_summary = f"provenance {policy}: rejected; {reason}, stopped before it ran"
+    d.provenance.policy, d.provenance.ok, d.provenance.reasons = policy, False, [reason]
+    d.provenance.summary = f"provenance {policy}: rejected; {reason}, stopped before it ran"
     return ctx.fail(Stage.PROVENANCE, generated_code_message(policy, text), text)
 
 
@@ -206,9 +207,9 @@ def check_provenance(ctx: Any, given: ProvenanceInputs) -> Optional[Verdict]:
     suspicious). Fails closed on the candidate's side: no kernel listed in its extension(s), or a
     profile of its call that fails, rejects it (the message says why), under either policy.
     On acceptance ``ctx.provenance`` holds the result for the feedback of the timed verdict."""
-    d = ctx.details
+    d: VerdictDetails = ctx.details  # ctx: worker Context, or a test's stand-in
     policy: Policy = ctx.settings.policy  # parsed when the settings were resolved, never again here
-    d.provenance_policy = policy
+    d.provenance.policy = policy
     if unavailable_reason():  # the worker's profiler failed before any candidate code ran
         _unavailable(ctx, unavailable_reason() or "")
         return None
@@ -244,9 +245,9 @@ def check_provenance(ctx: Any, given: ProvenanceInputs) -> Optional[Verdict]:
 
 def _unchecked(ctx: Any, policy: Policy, reasons: list[str]) -> Verdict:
     """Provenance could not be judged for a reason on the candidate's side: a rejection."""
-    d = ctx.details
-    d.provenance_ok, d.provenance_reasons = False, list(reasons)
-    d.provenance_summary = f"provenance {policy}: rejected; not checkable: " + "; ".join(reasons)
+    d: VerdictDetails = ctx.details
+    d.provenance.ok, d.provenance.reasons = False, list(reasons)
+    d.provenance.summary = f"provenance {policy}: rejected; not checkable: " + "; ".join(reasons)
     return ctx.fail(Stage.PROVENANCE, unchecked_message(policy, reasons), "; ".join(reasons))
 
 
@@ -261,17 +262,15 @@ def _no_listing(extensions: list[ExtensionKernels]) -> str:
 
 
 def _unavailable(ctx: Any, reason: str) -> Optional[Verdict]:
-    d = ctx.details
-    d.suspicious = True
-    d.suspicious_reasons = list(d.suspicious_reasons) + [f"provenance not checked: {reason}"]
-    d.provenance_summary = f"provenance not checked: {reason}"
+    d: VerdictDetails = ctx.details
+    d.trust.suspicious = True
+    d.trust.reasons = list(d.trust.reasons) + [f"provenance not checked: {reason}"]
+    d.provenance.summary = f"provenance not checked: {reason}"
     return None
 
 
-def _record(d: Any, result: ProvenanceResult) -> None:
-    for name, value in result.verdict_fields().items():
-        setattr(d, name, value)
-    d.provenance_summary = result.summary
+def _record(d: VerdictDetails, result: ProvenanceResult) -> None:
+    d.provenance = result.verdict_record()
 
 
 def rejection_feedback(result: ProvenanceResult, hints: list[str]) -> str:

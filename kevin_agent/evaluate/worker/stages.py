@@ -73,7 +73,7 @@ def evaluate_job(job: WorkerJob, cache_dir: Path, captured: CapturedReferences, 
         else:
             baseline = job.baseline
         verdict = _evaluate_candidate(job, cache_dir, ctx, (task, reference, init_inputs), baseline, peaks)
-        verdict.details.baseline_cached = job.baseline is not None
+        verdict.details.timing.baseline_cached = job.baseline is not None
         return WorkerReply(verdict=verdict)
     finally:
         if job.scratch_dir is None:
@@ -120,7 +120,7 @@ def _with_profile(message: str, ctx: Context) -> str:
     """A correct candidate's feedback plus its kernel table and speed-of-light fraction."""
     if ctx.provenance is None:
         return message
-    return message + "\n" + profile_feedback(ctx.provenance, ctx.details.sol_fraction)
+    return message + "\n" + profile_feedback(ctx.provenance, ctx.details.timing.sol_fraction)
 
 
 def _peaks(cache_dir: Path, ctx: Context) -> PeakRates | None:
@@ -192,7 +192,7 @@ def _load_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, task: Any, in
     note = install_build_hook(cache_dir, resolve_arch(job.settings.arch), ctx.extensions)
     if isinstance(note, str):
         print(f"kevin-worker: {note}", file=sys.stderr)
-    ctx.details.sandbox = confine_candidate(job, cache_dir)
+    ctx.details.environment.sandbox = confine_candidate(job, cache_dir)
     try:
         module = load_module_from_file(job.candidate_source, ctx.candidate_path, "kevin_candidate")
         if ctx.patched():
@@ -228,15 +228,15 @@ def _correctness(ctx: Context, task: Any, reference: Any, candidate: Any) -> Ver
     try:
         result = run_correctness(harness, trials, ctx.settings.seed)
     except Exception as exc:
-        ctx.details.trials_total = trials
+        ctx.details.correctness.trials_total = trials
         return _failure(ctx, Stage.CORRECTNESS, exc)
-    d = ctx.details
-    d.trials_passed, d.trials_total = result.trials_passed, result.trials_total
-    d.max_abs_error, d.max_rel_error = result.max_abs_error, result.max_rel_error
-    d.atol, d.rtol = result.atol, result.rtol
-    d.error_vs_fp64, d.reference_error_vs_fp64 = result.error_vs_fp64, result.reference_error_vs_fp64
-    d.rms_error_vs_fp64, d.reference_rms_error_vs_fp64 = result.rms_error_vs_fp64, result.reference_rms_error_vs_fp64
-    d.fp64_accepted = result.fp64_accepted if result.error_vs_fp64 is not None else None
+    c = ctx.details.correctness
+    c.trials_passed, c.trials_total = result.trials_passed, result.trials_total
+    c.max_abs_error, c.max_rel_error = result.max_abs_error, result.max_rel_error
+    c.atol, c.rtol = result.atol, result.rtol
+    c.error_vs_fp64, c.reference_error_vs_fp64 = result.error_vs_fp64, result.reference_error_vs_fp64
+    c.rms_error_vs_fp64, c.reference_rms_error_vs_fp64 = result.rms_error_vs_fp64, result.reference_rms_error_vs_fp64
+    c.fp64_accepted = result.fp64_accepted if result.error_vs_fp64 is not None else None
     if result.ok:
         return None
     message = result.message if result.patched else feedback.incorrect(result.message)
@@ -270,12 +270,14 @@ def _timing(ctx: Context, candidate: Any, baseline: Baseline, peaks: PeakRates |
     sets rotated per call; a random sample of the timed outputs (and of the profiled call's)
     checked against the reference."""
     s, d = ctx.settings, ctx.details
+    t = d.timing
     timer = Timer(ctx.clock, ctx.flush)
-    d.eager, d.compiled, d.torch_compile_seconds = baseline.eager, baseline.compiled, baseline.torch_compile_seconds
+    t.eager, t.compiled, t.torch_compile_seconds = baseline.eager, baseline.compiled, baseline.torch_compile_seconds
     try:
-        d.kernel = stats_from_samples(timer.time_adaptive(candidate, rotation, s.timing_trials, s.warmup_trials))
+        kernel = t.kernel = stats_from_samples(timer.time_adaptive(candidate, rotation, s.timing_trials,
+                                                                   s.warmup_trials))
         synced = stats_from_samples(timer.time_synced(candidate, rotation, escape_trials(s.timing_trials)))
-        escape = escape_reason(d.kernel.median_ms, synced.median_ms, timer.sync_overhead_ms())
+        escape = escape_reason(kernel.median_ms, synced.median_ms, timer.sync_overhead_ms())
         problems = _timed_problems(ctx, reference, rotation)
     except RefusedOutput as refused:
         return ctx.fail(Stage.CORRECTNESS, feedback.incorrect(f"{refused} (a timed call)"), str(refused))
@@ -286,24 +288,23 @@ def _timing(ctx: Context, candidate: Any, baseline: Baseline, peaks: PeakRates |
         return ctx.fail(Stage.CORRECTNESS, patched)
     if problems:
         return ctx.fail(Stage.CORRECTNESS, feedback.incorrect(problems[0]), "\n".join(problems))
-    if d.kernel.median_ms > 0:
-        d.speedup_vs_eager = d.eager.median_ms / d.kernel.median_ms
-        if d.compiled is not None:
-            d.speedup_vs_compile = d.compiled.median_ms / d.kernel.median_ms
+    if kernel.median_ms > 0:
+        t.speedup_vs_eager = baseline.eager.median_ms / kernel.median_ms
+        if baseline.compiled is not None:
+            t.speedup_vs_compile = baseline.compiled.median_ms / kernel.median_ms
     _speed_of_light(ctx, baseline, peaks)
-    profile = profile_disagreement(d.kernel.median_ms, ctx.provenance.total_ms if ctx.provenance else None)
-    for name, reason in timing_flags(d.sol_fraction, d.speedup_vs_eager, escape, d.kernel.median_ms, d.sol_ms,
-                                     profile):
+    profile = profile_disagreement(kernel.median_ms, ctx.provenance.total_ms if ctx.provenance else None)
+    for name, reason in timing_flags(t.sol_fraction, t.speedup_vs_eager, escape, kernel.median_ms, t.sol_ms, profile):
         flag_untrusted(d, name, reason)
-    message = _passed_message(d, feedback.correct(d.speedup_vs_eager or 0.0))
+    message = _passed_message(d, feedback.correct(t.speedup_vs_eager or 0.0))
     return Verdict(Stage.TIMING, True, _with_profile(message, ctx), d)
 
 
 def settle_flags(d: VerdictDetails) -> None:
     """Give every recorded reason not to trust the result its flag name (the provenance stage
     records "provenance not checked" as a reason only), so the stored verdict names them."""
-    d.trust_flags = d.all_trust_flags()
-    d.suspicious = d.suspicious or bool(d.trust_flags)
+    d.trust.flags = d.all_trust_flags()
+    d.trust.suspicious = d.trust.suspicious or bool(d.trust.flags)
 
 
 def _passed_message(d: VerdictDetails, trusted_message: str) -> str:
@@ -314,9 +315,9 @@ def _passed_message(d: VerdictDetails, trusted_message: str) -> str:
 
 
 def _speed_of_light(ctx: Context, baseline: Baseline, peaks: PeakRates | None) -> None:
-    d = ctx.details
-    d.flops, d.bytes_moved = baseline.flops, baseline.bytes_moved
-    if peaks is None or d.kernel is None or d.kernel.median_ms <= 0 or d.flops is None or d.bytes_moved is None:
+    t = ctx.details.timing
+    t.flops, t.bytes_moved = baseline.flops, baseline.bytes_moved
+    if peaks is None or t.kernel is None or t.kernel.median_ms <= 0 or t.flops is None or t.bytes_moved is None:
         return
-    d.sol_ms = sol_ms(d.flops, d.bytes_moved, peaks.flops_for(baseline.dtype), peaks.bandwidth_bytes_per_s)
-    d.sol_fraction = d.sol_ms / d.kernel.median_ms
+    t.sol_ms = sol_ms(t.flops, t.bytes_moved, peaks.flops_for(baseline.dtype), peaks.bandwidth_bytes_per_s)
+    t.sol_fraction = t.sol_ms / t.kernel.median_ms
