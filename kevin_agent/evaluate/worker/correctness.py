@@ -326,8 +326,8 @@ def to_device(value: Any, device: Any) -> Any:
 def make_inputs(get_inputs: Callable[[], Any], device: Any) -> Any:
     """The task's ``get_inputs()`` with its tensors made on ``device`` (factory calls under
     ``torch.device``): made on the host, one 16M-element ``randn`` costs ~0.08 s (measured on a
-    2-core CI machine) and a candidate's stages make ~10 input sets. Made on the host and moved when the task's code fails that way
-    (host-only calls such as ``.numpy()``)."""
+    2-core CI machine) and a candidate's stages make ~10 input sets. Made on the host and moved
+    when the task's code fails that way (host-only calls such as ``.numpy()``)."""
     import torch
 
     try:
