@@ -12,6 +12,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from kevin_agent.safe_text import terminal_safe
+
 REPLAY_GPU_NAME = "replay"  # the gpu_name of recorded verdicts: never a measurement on this machine
 
 # Why the evaluator does not trust a result: stable names (exports, tools) -> a short label for people.
@@ -290,6 +292,16 @@ class Verdict:
     ok: bool
     message: str
     details: VerdictDetails = field(default_factory=VerdictDetails)
+
+    def __post_init__(self) -> None:
+        """The candidate's words (compiler errors, what it printed, its exceptions) reach terminals:
+        their control characters are spelled out (``safe_text``)."""
+        if isinstance(self.message, str):
+            self.message = terminal_safe(self.message)
+        for name in ("error", "compiler_errors"):
+            value = getattr(self.details, name, None)
+            if isinstance(value, str):
+                setattr(self.details, name, terminal_safe(value))
 
     @property
     def passed(self) -> bool:

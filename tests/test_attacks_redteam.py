@@ -1,0 +1,285 @@
+"""Issue 18, red team: attack classes the other suites (test_attacks_build.py, test_attacks_os.py,
+test_attacks_listing.py) do not cover, tried as a hostile model would. Each runs confined and, as a
+control, unconfined (or without the check), so the sandbox or the check is shown to be what stops
+it; the attacks that got through when this file was written were fixed and are kept here.
+
+OS attacks reuse test_attacks_os.py's entry points (recorder, compile step, worker candidate
+layer) and its world (a fake home, repository and run store)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_attacks_os import run_compile, run_record, run_worker, world  # noqa: F401 - world: a fixture
+
+from kevin_agent.evaluate.sandbox import seccomp
+from kevin_agent.evaluate.sandbox.attacks import Attack, end_lingering, os_targets
+from kevin_agent.evaluate.sandbox.check import _Listener  # noqa: F401 - used by the world fixture
+
+ENTRIES = ("record", "compile", "worker")
+
+# ---------- kernel interfaces Landlock does not mediate, and links into the scratch ----------
+
+WATCH = ("_check(_libc.inotify_add_watch(_check(_libc.inotify_init1(0), 'inotify_init1'), "
+         "T['home_dir'].encode(), 0xfff), 'inotify_add_watch')")
+FAN_MARK = ("_check(_libc.fanotify_mark(_check(_libc.fanotify_init(0x200, 0), 'fanotify_init'), 1, "
+            "ctypes.c_uint64(0x20), -100, T['home_dir'].encode()), 'fanotify_mark')")
+REDTEAM_ATTACKS: tuple[Attack, ...] = (
+    Attack("inotify_home", "watch the user's home (names of files opened and written there)", WATCH),
+    Attack("fanotify_home", "watch the user's home with fanotify", FAN_MARK),
+    Attack("hardlink_home", "hard-link a home file into its own folder (for the parent to copy back)",
+           "os.link(T['home_file'], os.path.join(T['scratch'], 'linked-' + os.urandom(4).hex()))"),
+    Attack("read_other_entry", "read another candidate's build-cache entry", "open(T['other_entry']).read()"),
+    Attack("write_pch", "append to the shared precompiled header", "open(T['pch_file'], 'ab').write(b'x')"),
+    Attack("parent_cwd", "list the parent's working folder through /proc/<ppid>/cwd",
+           "os.listdir('/proc/%d/cwd' % T['parent_pid'])"),
+)
+# errno the confined attack ends with (a pid outside the namespace is no such process: ENOENT)
+REFUSED = {"inotify_home": (13, 1), "fanotify_home": (13, 1), "hardlink_home": (13, 18),
+           "read_other_entry": (13,), "write_pch": (13,), "parent_cwd": (2, 13)}
+
+
+def redteam_run(entry: str, attack: Attack, confined: bool, world: dict, tmp_path: Path) -> dict:  # noqa: F811
+    scratch = tmp_path / ("confined" if confined else "control")
+    scratch.mkdir()
+    targets = os_targets(world, scratch, world["listener"].port, world["victim"])
+    cache = tmp_path / "cache"  # run_compile's BuildCache root: its pch/ is readable, ext/ is not
+    other = cache / "ext" / ("cd" * 32) / "lib" / "kevin_other.so"
+    pch = cache / "pch" / "kevin_torch_ext.h"
+    for path, text in ((other, "OTHER-CANDIDATE-MODULE"), (pch, "// shared header\n")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    targets.update(other_entry=str(other), pch_file=str(pch))
+    if entry == "record":
+        out = run_record(attack, targets, confined)
+    elif entry == "compile":
+        out = run_compile(attack, targets, confined, tmp_path)
+    else:
+        out = run_worker(attack, targets, confined, world)
+    end_lingering(targets["linger"])
+    out["pch_written"] = pch.read_text() != "// shared header\n"
+    return out
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("attack", REDTEAM_ATTACKS, ids=lambda a: a.name)
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_redteam_os_attack_is_stopped_by_the_sandbox(entry: str, attack: Attack, world: dict,  # noqa: F811
+                                                    tmp_path: Path) -> None:
+    control = redteam_run(entry, attack, False, world, tmp_path)
+    assert control["result"] is not None and control["result"]["ok"], control  # the attack is real
+    assert control["pch_written"] == (attack.name == "write_pch")
+    (tmp_path / "cache" / "pch" / "kevin_torch_ext.h").write_text("// shared header\n")
+    confined = redteam_run(entry, attack, True, world, tmp_path)
+    result = confined["result"]
+    assert result is not None, confined["message"][-1500:]
+    assert not result["ok"] and result["errno"] in REFUSED[attack.name], result
+    assert not list((tmp_path / "confined").glob("linked-*")) and not confined["pch_written"]
+
+
+def test_watches_are_refused_wherever_metadata_calls_are() -> None:
+    """inotify and fanotify join the metadata calls: refused in every candidate-facing child,
+    allowed only in the GPU worker's start-up layer (before any candidate code)."""
+    for arch in seccomp.SYSCALLS:
+        _, denied = seccomp.build_filter(network=False, processes=True, arch=arch)
+        assert {"inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark"} <= set(denied)
+        _, startup = seccomp.build_filter(network=False, processes=True, arch=arch, metadata=True)
+        assert "inotify_add_watch" not in startup and "chmod" not in startup
+
+
+# ---------- flags: spellings the allow-list must refuse, and what it lets through held ----------
+
+@pytest.mark.parametrize("argument, value", [
+    ("extra_cuda_cflags", ["--pre-include=/root/x"]), ("extra_cuda_cflags", ["--pre-include", "/root/x"]),
+    ("extra_cuda_cflags", ["--options-file", "/root/x"]), ("extra_cuda_cflags", ["-optf=/root/x"]),
+    ("extra_cuda_cflags", ["-Xcompiler=-wrapper,/bin/sh"]), ("extra_cuda_cflags", ["--compiler-options=-B/tmp"]),
+    ("extra_cuda_cflags", ["-Xcompiler", "-O3,-B/x"]), ("extra_cuda_cflags", ["-Xcompiler", "-O3 -B/x"]),
+    ("extra_cuda_cflags", ["-Xlinker", "-rpath,/root"]), ("extra_cuda_cflags", ["-Xnvlink", "x"]),
+    ("extra_cuda_cflags", ["-Xcompiler", "-fplugin=/x.so"]), ("extra_cuda_cflags", ["-Xcompiler", "-save-temps=obj"]),
+    ("extra_cuda_cflags", ["-Xcompiler", "-specs=/x"]), ("extra_cuda_cflags", ["-Xcompiler", "-Wp,-MD,/x"]),
+    ("extra_cuda_cflags", ["-Xcompiler", "-x,assembler"]), ("extra_cuda_cflags", ["--dependency-output", "/root/x"]),
+    ("extra_cuda_cflags", ["--output-directory", "/root"]), ("extra_cuda_cflags", ["--compiler-bindir=/x"]),
+    ("extra_cuda_cflags", ["--keep-dir=/root"]), ("extra_cuda_cflags", ["-time=/root/x"]),
+    ("extra_cuda_cflags", ["-Xcompiler", "-DX=\"a,b\""]), ("extra_cuda_cflags", ["\u2013wrapper"]),
+    ("extra_cuda_cflags", ["-O3\u00a0-wrapper"]),
+    ("extra_cflags", ["-fplugin=/x"]), ("extra_cflags", ["-save-temps=cwd"]), ("extra_cflags", ["-Wl,@/x"]),
+    ("extra_cflags", ["-Wa,-a=/x"]), ("extra_cflags", ["-iquote", "/root"]), ("extra_cflags", ["-idirafter/root"]),
+    ("extra_cflags", ["--sysroot=/root"]), ("extra_cflags", ["-imacros", "/root/x"]),
+    ("extra_cflags", ["-fprofile-generate=/x"]), ("extra_cflags", ["-fdebug-prefix-map=/=/x"]),
+    ("extra_ldflags", ["-Wl,-rpath,/root"]), ("extra_ldflags", ["-Wl,--dynamic-linker=/x"]),
+    ("extra_ldflags", ["-Wl,@/x"]), ("extra_ldflags", ["-Xlinker", "-rpath"]),
+    ("extra_ldflags", ["-L/usr/local/cuda/lib64/../../../root"]),
+    # control characters and line breaks inside one flag (they reached build.ninja and the log)
+    ("extra_cflags", ["-O3\n-O2"]), ("extra_cuda_cflags", ["-O3\r-O2"]), ("extra_cuda_cflags", ["-DX=a\x00b"]),
+    ("extra_cuda_cflags", ["-DX=\x1b]0;pwned\x07"]), ("extra_cuda_cflags", ["-t\u0661"]),
+    ("extra_include_paths", ["inc\x1b[2J"]),
+])
+def test_smuggled_flag_spellings_are_refused(argument: str, value: list[str]) -> None:
+    from kevin_agent.evaluate.build.cache import BuildCache
+    from kevin_agent.evaluate.source.calls import ExtensionSpec
+    from kevin_agent.evaluate.source.flags import argument_problems
+
+    problems = argument_problems({argument: value})
+    assert problems and all(name == argument for name, _ in problems)
+    assert all(c.isprintable() for _, message in problems for c in message)  # the refusal echoes no escape
+    result = BuildCache(Path("/nonexistent-kevin-cache"), arch="9.0").build(
+        ExtensionSpec("e", ("int f();",), **{argument: tuple(value)}))
+    assert not result.ok and result.path == "refused"
+
+
+def test_a_line_break_inside_one_flag_no_longer_reaches_the_build_file(tmp_path: Path) -> None:
+    """The control: every token of '-O3\\n-O2' is allowed, and written whole it splits a line of
+    build.ninja (a line of the candidate's choosing in the build file)."""
+    from kevin_agent.evaluate.build.ninja_file import Step, write_ninja
+    from kevin_agent.evaluate.source.flags import cuda_flag_problems, host_flag_problems
+
+    assert host_flag_problems(["-O3\n-O2"]) == [] and cuda_flag_problems(["-O3\n-O2"]) == []  # tokens alone pass
+    write_ninja(tmp_path, _fake_toolchain(), [Step("a.cpp", "a.o", "cxx", ["-O3\n-O2"])], "m.so", [])
+    assert "\n-O2'" in (tmp_path / "build.ninja").read_text()  # the flag broke out of its line
+    from kevin_agent.evaluate.source.flags import argument_problems
+
+    (problem,) = argument_problems({"extra_cflags": ["-O3\n-O2"]})
+    assert "'-O3\\n-O2'" in problem[1] and "printable ASCII" in problem[1]
+
+
+def _fake_toolchain(cxx: str = "g++"):
+    from kevin_agent.evaluate.build.flags import Toolchain
+
+    return Toolchain("/usr/local/cuda", "/usr/local/cuda/bin/nvcc", cxx, "9.0", "2", "13", "13", "c++17", 1,
+                     (), (), ())
+
+
+@pytest.mark.skipif(shutil.which("ninja") is None and not Path(sys.prefix, "bin", "ninja").exists(),
+                    reason="no ninja")
+def test_shell_syntax_in_an_allowed_macro_reaches_the_compiler_as_text(tmp_path: Path) -> None:
+    """'-DX=$(touch${IFS}pwned)' is on the allow-list (a macro's value is free text); build.ninja
+    quotes it, so the shell ninja runs passes it on as text and runs nothing."""
+    from kevin_agent.evaluate.build.flags import ninja_binary
+    from kevin_agent.evaluate.build.ninja_file import Step, write_ninja
+    from kevin_agent.evaluate.source.flags import argument_problems
+
+    flags = ["-DX=$(touch${IFS}pwned)", "-DY=`touch${IFS}pwned2`", "-DZ=1;touch${IFS}pwned3"]
+    assert argument_problems({"extra_cflags": flags}) == []
+    subprocess.run(f"echo {' '.join(flags)}", shell=True, cwd=tmp_path, check=True, capture_output=True)
+    assert (tmp_path / "pwned").exists() and (tmp_path / "pwned2").exists()  # control: a shell runs them
+    for name in ("pwned", "pwned2", "pwned3"):
+        (tmp_path / name).unlink(missing_ok=True)
+    write_ninja(tmp_path, _fake_toolchain("/bin/echo"), [Step("a.cpp", "a.o", "cxx", flags)], "m.so", [])
+    (tmp_path / "a.cpp").write_text("")
+    done = subprocess.run([ninja_binary(), "a.o"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert all(flag in done.stdout for flag in flags), done.stdout
+    assert not any((tmp_path / name).exists() for name in ("pwned", "pwned2", "pwned3"))
+
+
+# ---------- escape sequences in what the compiler prints ----------
+
+ESCAPES = "A\x1b]52;c;cHduZWQ=\x07B\x1b[2J\x9b31m\r\u202e"
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler")
+def test_escape_sequences_from_the_compiler_reach_no_terminal(tmp_path: Path) -> None:
+    """A candidate's '#error' line with OSC 52 (sets the clipboard), a clear-screen, a C1 CSI, a
+    carriage return and a bidi override: g++ prints them raw (the control); the verdict's message,
+    its details and the text shown to people spell them out."""
+    from kevin_agent.data import Stage, Verdict, VerdictDetails
+    from kevin_agent.evaluate.build.log import trim_errors
+    from kevin_agent.verdict_text import render_verdict
+
+    (tmp_path / "e.cpp").write_text(f'#error "{ESCAPES}"\n', encoding="utf-8")
+    done = subprocess.run(["g++", "-c", "e.cpp", "-o", "e.o"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert "\x1b]52;c;" in done.stderr and "\x1b[2J" in done.stderr  # control: the compiler prints them as written
+    errors = trim_errors(done.stderr)
+    verdict = Verdict(Stage.COMPILE, False, f"The build failed:\n{errors}",
+                      VerdictDetails(compiler_errors=errors, error=ESCAPES))
+    for text in (verdict.message, verdict.details.compiler_errors or "", verdict.details.error or "",
+                 render_verdict(verdict), Verdict.from_dict(verdict.to_dict()).message):
+        assert not any(c in text for c in "\x1b\x07\x9b\r\u202e"), repr(text)
+    assert "\\x1b]52;c;cHduZWQ=\\x07B\\x1b[2J\\x9b31m\\x0d\\u202e" in (verdict.details.error or "")
+    verdict.details.compiler_errors = ESCAPES  # set after the verdict was made: the rendering still cleans it
+    assert "\x1b" not in render_verdict(verdict)
+
+
+def test_terminal_safe_keeps_ordinary_text() -> None:
+    from kevin_agent.safe_text import terminal_safe
+
+    text = "a.cu(3): error: identifier \"x\" is undefined\n\tat line 3 \u2018quoted\u2019 \u00b5s\n"
+    assert terminal_safe(text) is text
+    assert terminal_safe("a\r\nb\x00c\x7f") == "a\nb\\x00c\\x7f"
+
+
+# ---------- the toolchain reading files of its own choosing (confined compile, g++) ----------
+
+def _gxx_confined(source: str, folder: Path, confined: bool) -> tuple[int | None, str, bytes]:
+    """g++ -c on ``source`` as a compile step runs (``compile_policy``), or unconfined (the control)."""
+    from kevin_agent.evaluate.build.ninja_file import run_confined
+    from kevin_agent.evaluate.sandbox import compile_policy, launch_command
+
+    work = folder / ("confined" if confined else "control")
+    work.mkdir()
+    (work / "a.cpp").write_text(source)
+    confine = (lambda argv: launch_command(compile_policy(work), argv, "required")) if confined else None
+    status, output = run_confined(["g++", "-c", "a.cpp", "-o", "a.o"], work, 300, confine)
+    obj = (work / "a.o").read_bytes() if (work / "a.o").exists() else b""
+    return status, output, obj
+
+
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler")
+
+
+@pytest.fixture
+def secret_home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "secret").write_text("TOP-SECRET-LINE\n")
+    return home
+
+
+@needs_gxx
+def test_incbin_of_a_home_file_in_host_asm_is_refused(secret_home: Path, tmp_path: Path) -> None:
+    source = f'asm(".section .rodata\\n.incbin \\"{secret_home / "secret"}\\"\\n.previous");\n'
+    status, output, obj = _gxx_confined(source, tmp_path, confined=False)
+    assert status == 0 and b"TOP-SECRET-LINE" in obj, output  # control: the object file carries the secret
+    status, output, obj = _gxx_confined(source, tmp_path, confined=True)
+    assert status != 0 and b"TOP-SECRET-LINE" not in obj and "TOP-SECRET-LINE" not in output
+    assert "file not found" in output, output[-1500:]  # the assembler's word for Landlock's EACCES
+
+
+@needs_gxx
+def test_has_include_of_a_hidden_file_reads_nothing(secret_home: Path, tmp_path: Path) -> None:
+    """__has_include opens the file: confined, the open is refused and the compile stops with
+    'Permission denied' (a missing file reads ABSENT): the content never leaks, the existence does,
+    as stat() of a hidden path does (docs/sandbox.md, 'What is not confined')."""
+    probe = "#if __has_include(\"{}\")\n#error FOUND\n#else\n#error ABSENT\n#endif\n"
+    status, output, _ = _gxx_confined(probe.format(secret_home / "secret"), tmp_path, confined=False)
+    assert "FOUND" in output  # control: unconfined, the probe sees the file
+    status, output, _ = _gxx_confined(probe.format(secret_home / "secret"), tmp_path, confined=True)
+    assert status != 0 and "FOUND" not in output and "TOP-SECRET-LINE" not in output, output[-1500:]
+    assert "secret: Permission denied" in output
+
+
+@needs_gxx
+def test_a_compile_inherits_no_descriptor_of_the_parent(secret_home: Path, tmp_path: Path) -> None:
+    """A descriptor the parent left inheritable (a home file) is not among the compile's, so
+    /proc/self/fd/N cannot reopen it; the control: a plain child that keeps descriptors has it."""
+    from kevin_agent.evaluate.build.ninja_file import run_confined
+    from kevin_agent.evaluate.sandbox import compile_policy, launch_command
+
+    fd = os.open(secret_home / "secret", os.O_RDONLY)
+    os.set_inheritable(fd, True)
+    try:
+        control = subprocess.run(["/bin/ls", "-l", "/proc/self/fd/"], close_fds=False, capture_output=True,
+                                 text=True, timeout=60)
+        assert str(secret_home / "secret") in control.stdout
+        work = tmp_path / "work"
+        work.mkdir()
+        status, output = run_confined(["/bin/ls", "-l", "/proc/self/fd/"], work, 60,
+                                      lambda argv: launch_command(compile_policy(work), argv, "required"))
+        assert status == 0 and str(secret_home) not in output, output
+    finally:
+        os.close(fd)
