@@ -283,3 +283,81 @@ def test_a_compile_inherits_no_descriptor_of_the_parent(secret_home: Path, tmp_p
         assert status == 0 and str(secret_home) not in output, output
     finally:
         os.close(fd)
+
+
+# ---------- the same through a real build (nvcc) ----------
+
+def _cuda_candidate(extra: str) -> str:
+    return (
+        "import torch\nfrom torch.utils.cpp_extension import load_inline\n"
+        f'cuda_source = r"""\n{extra}\n'
+        "__global__ void redteam_k(float* y) { y[0] = 2.f; }\n"
+        "torch::Tensor f(torch::Tensor x) { redteam_k<<<1, 1>>>(x.data_ptr<float>()); return x; }\n"
+        '"""\n'
+        "ext = load_inline(name='redteam', cpp_sources='torch::Tensor f(torch::Tensor x);', "
+        "cuda_sources=cuda_source, functions=['f'])\n\n\n"
+        "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return ext.f(x)\n")
+
+
+@pytest.mark.nvcc
+@pytest.mark.timeout(2400)
+def test_a_real_build_under_the_filter_works_and_incbin_of_a_home_file_is_refused(
+        secret_home: Path, shared_build_cache: Path) -> None:
+    """A real split build (nvcc, g++) works under the compile filter, which now refuses file
+    watches too; the same candidate with host asm '.incbin' of a home file fails, its module,
+    log and errors without the secret (the g++ test above is the unconfined control)."""
+    from kevin_agent.evaluate.build.cache import BuildCache
+    from kevin_agent.evaluate.build.compile import compile_candidate
+
+    cache = BuildCache(shared_build_cache, arch="9.0")
+    cache.sandbox = "required"
+    legit = compile_candidate(_cuda_candidate("// kevin red team: a legitimate build"), cache)
+    assert legit.ok, legit.message
+    incbin = f'asm(".section .rodata\\n.incbin \\"{secret_home / "secret"}\\"\\n.previous");'
+    outcome = compile_candidate(_cuda_candidate(incbin), cache)
+    assert not outcome.ok and "TOP-SECRET-LINE" not in outcome.message
+    for result in outcome.results:
+        assert result.module_path is None
+        assert "TOP-SECRET-LINE" not in (result.errors or "")
+        if result.log_path and Path(result.log_path).exists():
+            assert "TOP-SECRET-LINE" not in Path(result.log_path).read_text(errors="replace")
+
+
+def test_the_accept_diff_shows_the_models_control_characters_spelled_out(tmp_path: Path) -> None:
+    """Trojan source: a conceal escape, a carriage return and a bidi override make the code a
+    reviewer reads in the diff differ from what accepting writes. The diff spells them out and
+    keeps its own colours; the file written is unchanged."""
+    from kevin_agent.accept.plan import AcceptPlan
+
+    code = "def f():\n    return 1\x1b[8m; import os; os.system('x')\x1b[0m\n    x = 2 \r# harmless\n    s = '\u202e'\n"
+    plan = AcceptPlan({tmp_path / "k.py": code}, "m", repo_root=tmp_path)
+    for colour in (True, False):
+        shown = plan.diff(color=colour)
+        assert "\x1b[8m" not in shown and "\r" not in shown and "\u202e" not in shown
+        assert "\\x1b[8m; import os" in shown and "\\u202e" in shown
+        assert "+# harmless" in shown  # the carriage return's line shows as a line of its own
+    assert "\x1b[32m+" in plan.diff(color=True)  # kevin's own colours stay
+    assert plan.files[tmp_path / "k.py"] == code  # control: the content itself carries them
+
+
+@pytest.mark.timeout(900)
+def test_torch_load_of_a_home_source_reached_by_aliasing_is_refused_in_the_recorder(
+        secret_home: Path, tmp_path: Path) -> None:
+    """torch.utils.cpp_extension.load (the file variant) reached through importlib and getattr,
+    with sources= a home file and a build_directory: the static stage cannot see it; the recorder
+    runs it confined, so the read is refused and no folder appears. The control (unconfined) runs
+    the toolchain on the file and its error text carries the secret."""
+    from kevin_agent.evaluate.build.specs import SourceExtractionError, record_in_child
+
+    (secret_home / "secret.cpp").write_text("TOP-SECRET-LINE\n")
+    code = ("import importlib\next = importlib.import_module('torch.utils.cpp_extension')\n"
+            f"getattr(ext, 'lo' + 'ad')(name='x', sources=[{str(secret_home / 'secret.cpp')!r}], "
+            f"build_directory={str(tmp_path / 'bd-{}')!r}.format('MODE'))\n# load_inline\n")
+    messages = {}
+    for mode in ("off", "required"):
+        with pytest.raises(SourceExtractionError) as caught:
+            record_in_child(code.replace("MODE", mode), timeout_s=600, sandbox=mode)
+        messages[mode] = str(caught.value)
+    assert (tmp_path / "bd-off").exists() and "secret.cpp" in messages["off"]  # control: it compiled the file
+    assert "PermissionError: [Errno 13]" in messages["required"] and "TOP-SECRET-LINE" not in messages["required"]
+    assert not (tmp_path / "bd-required").exists()
