@@ -361,3 +361,36 @@ def test_torch_load_of_a_home_source_reached_by_aliasing_is_refused_in_the_recor
     assert (tmp_path / "bd-off").exists() and "secret.cpp" in messages["off"]  # control: it compiled the file
     assert "PermissionError: [Errno 13]" in messages["required"] and "TOP-SECRET-LINE" not in messages["required"]
     assert not (tmp_path / "bd-required").exists()
+
+
+# ---------- many extensions from one answer ----------
+
+@pytest.mark.timeout(900)
+def test_an_answer_with_dozens_of_distinct_extensions_builds_none(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop of 40 load_inline calls with distinct sources is 40 builds of minutes each and 40
+    cache entries: the control shows the recorder finds all 40; compile_candidate builds none and
+    says why. A few extensions still build."""
+    from kevin_agent.evaluate.build.cache import BuildCache, BuildResult
+    from kevin_agent.evaluate.build.compile import MAX_EXTENSIONS, compile_candidate
+    from kevin_agent.evaluate.build.specs import extract_specs
+    from kevin_agent.evaluate.source.calls import ExtensionSpec
+
+    def code(count: int) -> str:
+        return ("from torch.utils.cpp_extension import load_inline\n"
+                f"for i in range({count}):\n"
+                "    load_inline(name=f'e{i}', cpp_sources=f'int f{i}() {{ return {i}; }}', functions=[f'f{i}'])\n")
+
+    specs, found_by = extract_specs(code(40), timeout_s=300, sandbox="required")
+    assert len(specs) == 40 and found_by == "child"  # control: forty builds were on their way
+    built: list[str] = []
+
+    def build(self: BuildCache, spec: ExtensionSpec) -> BuildResult:
+        built.append(spec.name)
+        return BuildResult(True, 0.0, False, None, None, "split", "/x.so")
+
+    monkeypatch.setattr(BuildCache, "build", build)
+    outcome = compile_candidate(code(40), BuildCache(tmp_path, arch="9.0"))
+    assert not outcome.ok and built == [] and "40 different extensions" in outcome.message
+    outcome = compile_candidate(code(MAX_EXTENSIONS), BuildCache(tmp_path, arch="9.0"))
+    assert outcome.ok and len(built) == MAX_EXTENSIONS
