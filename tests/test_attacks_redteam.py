@@ -394,3 +394,27 @@ def test_an_answer_with_dozens_of_distinct_extensions_builds_none(tmp_path: Path
     assert not outcome.ok and built == [] and "40 different extensions" in outcome.message
     outcome = compile_candidate(code(MAX_EXTENSIONS), BuildCache(tmp_path, arch="9.0"))
     assert outcome.ok and len(built) == MAX_EXTENSIONS
+
+
+# ---------- the judge's own parser: deeply nested answers ----------
+
+DEEP = {"sum of 900 terms": "1" + "+1" * 900, "20 000 attributes": "x" + ".a" * 20_000,
+        "5 000 calls": "f" + "()" * 5_000, "300 000 minus signs": "-" * 300_000 + "1",
+        "80 000 conditionals": "1 if 1 else " * 80_000 + "1"}
+
+
+@pytest.mark.parametrize("shape", DEEP)
+def test_a_deeply_nested_answer_is_a_static_rejection_not_a_crash_of_the_judge(shape: str) -> None:
+    """A few kilobytes of '1+1+...+1' took the static checks past Python's recursion limit: the
+    RecursionError (MemoryError from the parser, deeper) left Evaluator.evaluate and ended the run.
+    The control: the checks without the guard raise."""
+    from kevin_agent.evaluate.static.checks import _check_parsed
+    from kevin_agent.evaluate.verdicts import static_verdict
+
+    code = ("import torch\nfrom torch.utils.cpp_extension import load_inline\n"
+            f"X = {DEEP[shape]}\n") + _cuda_candidate("").split("\n", 2)[2]
+    with pytest.raises((RecursionError, MemoryError)):
+        _check_parsed(code, None)  # control
+    verdict = static_verdict(code)
+    assert verdict is not None and verdict.details.static_rule == "source-size"
+    assert "nests expressions too deeply" in verdict.message
