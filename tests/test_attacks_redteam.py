@@ -418,3 +418,62 @@ def test_a_deeply_nested_answer_is_a_static_rejection_not_a_crash_of_the_judge(s
     verdict = static_verdict(code)
     assert verdict is not None and verdict.details.static_rule == "source-size"
     assert "nests expressions too deeply" in verdict.message
+
+
+# ---------- the judge's own time: work quadratic in what the model wrote ----------
+
+CPU_BOUNDED = "import resource; resource.setrlimit(resource.RLIMIT_CPU, (90, 90))\n"
+_STATIC_CASE = ("from kevin_agent.evaluate.verdicts import static_verdict\n"
+                "body = {piece!r} * ({size} // len({piece!r}))\n"
+                "code = ('import torch\\nfrom torch.utils.cpp_extension import load_inline\\nsrc = r\"\"\"\\n'\n"
+                "        '__global__ void k(float* y) {{ y[0] = 1.f; }}\\n' + body + '\\n\"\"\"\\n'\n"
+                "        'ext = load_inline(name=\"e\", cpp_sources=\"int f();\", '\n"
+                "        'cuda_sources=src, functions=[\"f\"])\\n')\n"
+                "static_verdict(code)\nprint('done')\n")
+_SPLIT_CASE = ("from kevin_agent.evaluate.build.chunks import SplitRefused\n"
+               "from kevin_agent.evaluate.build.layout import split_layout\n"
+               "from kevin_agent.evaluate.build.flags import Toolchain\n"
+               "from kevin_agent.evaluate.source.calls import ExtensionSpec\n"
+               "tc = Toolchain('/usr/local/cuda', '/usr/local/cuda/bin/nvcc', 'g++', '9.0', '2', '13', '13', "
+               "'c++17', 1, (), (), ())\n"
+               "body = '__global__ void k0(float* y) {{ y[0] = 1.f; }}\\n' + {piece!r} * ({size} // len({piece!r}))\n"
+               "try:\n    split_layout(ExtensionSpec('e', ('int f();',), (body,), ('f',)), 'm', tc, None)\n"
+               "except SplitRefused:\n    pass\nprint('done')\n")
+QUADRATIC = {  # what took the parent minutes to hours at these sizes (measured: 34 s for 'at::' at 80 KB)
+    "static: at::at::at:: (ATen call pattern backtracking)": (_STATIC_CASE, "at::", 900_000),
+    "static: __global__ repeated (name search to the end)": (_STATIC_CASE, "__global__ ", 900_000),
+    "static: __global__ void k(){} repeated (body sliced per kernel)": (_STATIC_CASE, "__global__ void k(){}", 900_000),
+    "split: one identifier of a million letters": (_SPLIT_CASE, "a", 1_000_000),
+    "split: a million declarations (every chunk against every other)": (_SPLIT_CASE, "a;", 1_000_000),
+    "split: a million empty declarations (lines counted from the start)": (_SPLIT_CASE, ";", 1_000_000),
+}
+
+
+def _cpu_bounded(script: str) -> subprocess.CompletedProcess[str]:
+    from kevin_agent.evaluate.processes import scrubbed_environment
+
+    return subprocess.run([sys.executable, "-c", CPU_BOUNDED + script], capture_output=True, text=True, timeout=900,
+                          env=scrubbed_environment())
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("case", QUADRATIC)
+def test_the_parents_work_on_a_hostile_source_is_linear(case: str) -> None:
+    """The static checks and the split build run in the parent on up to 1 MB (static) or 4 MB
+    (recorded) of the model's sources: each finishes within 90 s of CPU (the time a slow machine
+    needs for the linear work, with room), where the quadratic work took hours."""
+    template, piece, size = QUADRATIC[case]
+    done = _cpu_bounded(template.format(piece=piece, size=size))
+    assert done.returncode == 0 and done.stdout.strip() == "done", (done.returncode, done.stderr[-800:])
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("pattern, text", [
+    (r"\b(?:torch|at)::((?:\w+::)*)(\w+)\s*(?:<[^<>;()]*>\s*)?\(", "at::" * 225_000),
+    (r"([A-Za-z_]\w*)\s*(?:<[^<>()]*>)?\s*\(", "a" * 1_000_000 + "\n"),
+])
+def test_the_control_the_old_patterns_do_not_finish(pattern: str, text: str) -> None:
+    """The regular expressions before the fix, on the same inputs, run out of the 90 s of CPU."""
+    done = _cpu_bounded(f"import re\nre.search({pattern!r}, {text[:8]!r} * {len(text) // 8} + {text[-1]!r})\n"
+                        "print('done')\n")
+    assert done.returncode != 0 and "done" not in done.stdout
