@@ -439,6 +439,9 @@ _SPLIT_CASE = ("from kevin_agent.evaluate.build.chunks import SplitRefused\n"
                "body = '__global__ void k0(float* y) {{ y[0] = 1.f; }}\\n' + {piece!r} * ({size} // len({piece!r}))\n"
                "try:\n    split_layout(ExtensionSpec('e', ('int f();',), (body,), ('f',)), 'm', tc, None)\n"
                "except SplitRefused:\n    pass\nprint('done')\n")
+_LOG_CASE = ("from kevin_agent.evaluate.build.log import trim_errors\n"
+             "trim_errors('x.cu(1): error: identifier is undefined\\n' + {piece!r} * ({size} // len({piece!r})))\n"
+             "print('done')\n")
 QUADRATIC = {  # what took the parent minutes to hours at these sizes (measured: 34 s for 'at::' at 80 KB)
     "static: at::at::at:: (ATen call pattern backtracking)": (_STATIC_CASE, "at::", 900_000),
     "static: __global__ repeated (name search to the end)": (_STATIC_CASE, "__global__ ", 900_000),
@@ -446,6 +449,8 @@ QUADRATIC = {  # what took the parent minutes to hours at these sizes (measured:
     "split: one identifier of a million letters": (_SPLIT_CASE, "a", 1_000_000),
     "split: a million declarations (every chunk against every other)": (_SPLIT_CASE, "a;", 1_000_000),
     "split: a million empty declarations (lines counted from the start)": (_SPLIT_CASE, ";", 1_000_000),
+    "compile log: a 4 MB token (the compiler quoting a one-line source)": (_LOG_CASE, "a", 4_000_000),
+    "compile log: 4 MB of slashes": (_LOG_CASE, "/", 4_000_000),
 }
 
 
@@ -460,8 +465,9 @@ def _cpu_bounded(script: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("case", QUADRATIC)
 def test_the_parents_work_on_a_hostile_source_is_linear(case: str) -> None:
     """The static checks and the split build run in the parent on up to 1 MB (static) or 4 MB
-    (recorded) of the model's sources: each finishes within 90 s of CPU (the time a slow machine
-    needs for the linear work, with room), where the quadratic work took hours."""
+    (recorded) of the model's sources, the error trimming on 4 MB of compile output: each finishes
+    within 90 s of CPU (the time a slow machine needs for the linear work, with room), where the
+    quadratic work took hours."""
     template, piece, size = QUADRATIC[case]
     done = _cpu_bounded(template.format(piece=piece, size=size))
     assert done.returncode == 0 and done.stdout.strip() == "done", (done.returncode, done.stderr[-800:])
@@ -471,6 +477,7 @@ def test_the_parents_work_on_a_hostile_source_is_linear(case: str) -> None:
 @pytest.mark.parametrize("pattern, text", [
     (r"\b(?:torch|at)::((?:\w+::)*)(\w+)\s*(?:<[^<>;()]*>\s*)?\(", "at::" * 225_000),
     (r"([A-Za-z_]\w*)\s*(?:<[^<>()]*>)?\s*\(", "a" * 1_000_000 + "\n"),
+    (r"\S*/site-packages/torch/include/", "a" * 4_000_000 + "\n"),
 ])
 def test_the_control_the_old_patterns_do_not_finish(pattern: str, text: str) -> None:
     """The regular expressions before the fix, on the same inputs, run out of the 90 s of CPU."""
