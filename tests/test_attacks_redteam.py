@@ -92,6 +92,21 @@ def test_watches_are_refused_wherever_metadata_calls_are() -> None:
         assert "inotify_add_watch" not in startup and "chmod" not in startup
 
 
+KERNEL_SURFACE = ("io_uring_setup", "userfaultfd", "personality", "keyctl", "add_key", "bpf", "perf_event_open",
+                  "ptrace", "process_vm_writev", "open_by_handle_at", "mount", "unshare", "setns", "fsopen")
+
+
+@pytest.mark.parametrize("metadata", (False, True))
+def test_the_kernel_interfaces_a_candidate_never_needs_stay_refused_in_every_layer(metadata: bool) -> None:
+    """Held already (seccomp's ALWAYS_DENIED): in every child and both GPU worker layers, on both
+    architectures, and execveat (memfd_create + execveat) wherever processes are refused."""
+    for arch in seccomp.SYSCALLS:
+        _, denied = seccomp.build_filter(network=False, processes=True, arch=arch, metadata=metadata)
+        assert set(KERNEL_SURFACE) <= set(denied), set(KERNEL_SURFACE) - set(denied)
+        _, worker = seccomp.build_filter(network=False, processes=False, arch=arch, metadata=metadata)
+        assert {"execve", "execveat"} <= set(worker)
+
+
 # ---------- flags: spellings the allow-list must refuse, and what it lets through held ----------
 
 @pytest.mark.parametrize("argument, value", [
