@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from kevin_agent.data import REPLAY_GPU_NAME, TimingStats, Verdict, VerdictDetails
+from kevin_agent.safe_text import terminal_safe
 
 if TYPE_CHECKING:
     from kevin_agent.run_record import RunRecord
@@ -110,7 +111,7 @@ def render_verdict(verdict: Verdict, with_errors: bool = True) -> str:
         for title, text in (("compiler errors", d.build.compiler_errors), ("error", d.error)):
             if text and text.strip() not in verdict.message:
                 lines += ["", f"{title}:", text.rstrip()]
-    return "\n".join(lines).rstrip() + "\n"
+    return terminal_safe("\n".join(lines).rstrip() + "\n")  # details set after the verdict was made, too
 
 
 def fp64_line(d: VerdictDetails) -> str:

@@ -18,7 +18,7 @@ MAX_FUNCTION_LINES = 60
 LAYERS: dict[str, int] = {
     # 0: data, errors and the small modules everything reads
     "kevin_agent.errors": 0, "kevin_agent.atomic": 0, "kevin_agent.data": 0, "kevin_agent.events": 0,
-    "kevin_agent.verdict_records": 0,
+    "kevin_agent.verdict_records": 0, "kevin_agent.safe_text": 0,
     "kevin_agent.feedback": 0, "kevin_agent.prompt_example": 0, "kevin_agent.config": 0,
     "kevin_agent.run_record": 0, "kevin_agent.run_table": 0, "kevin_agent.verdict_text": 0,
     "kevin_agent.task": 0, "kevin_agent.store": 0, "kevin_agent.paths": 0, "kevin_agent.eval_modes": 0,
@@ -53,7 +53,7 @@ CHILD_MAY_IMPORT = ("kevin_agent.evaluate.worker", "kevin_agent.evaluate.build",
                     "kevin_agent.evaluate.provenance", "kevin_agent.evaluate.sandbox",
                     "kevin_agent.evaluate.static", "kevin_agent.evaluate.protocol", "kevin_agent.evaluate.processes",
                     "kevin_agent.evaluate.api", "kevin_agent.data", "kevin_agent.verdict_records",
-                    "kevin_agent.feedback",
+                    "kevin_agent.safe_text", "kevin_agent.feedback",
                     "kevin_agent.errors", "kevin_agent.atomic", "kevin_agent.paths", "kevin_agent.eval_modes")
 THIRD_PARTY_ALLOWED = {"torch", "ninja"}
 

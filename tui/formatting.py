@@ -67,7 +67,7 @@ def cuda_sources(code: Optional[str]) -> str:
 
     try:
         calls = find_extension_calls(CandidateSource.parse(code))
-    except (KevinError, SyntaxError, ValueError):
+    except (KevinError, SyntaxError, ValueError, RecursionError, MemoryError):  # too deep: shown without
         return ""
     parts = []
     for call in calls:

@@ -17,6 +17,7 @@ from kevin_agent.accept.render_test import ToleranceSettings, render_test_file
 from kevin_agent.accept.signature import find_class
 from kevin_agent.data import Candidate, Verdict
 from kevin_agent.errors import UserInputError
+from kevin_agent.safe_text import terminal_safe
 from kevin_agent.store import find_repo_root
 from kevin_agent.verdict_text import gpu_short, is_replayed, measured_label, untrusted_label
 
@@ -60,7 +61,9 @@ class AcceptPlan:
                 (old or "").splitlines(keepends=True), self.files[path].splitlines(keepends=True),
                 fromfile="/dev/null" if old is None else f"a/{name}", tofile=f"b/{name}",
             )
-            chunks.extend(_paint(line if line.endswith("\n") else line + "\n", color) for line in lines)
+            # shown for review: the model's control characters (an escape that hides a line, a bidi
+            # override that reorders one) are spelled out, so what is read is what gets written
+            chunks.extend(_paint(terminal_safe(line if line.endswith("\n") else line + "\n"), color) for line in lines)
         return "".join(chunks)
 
 

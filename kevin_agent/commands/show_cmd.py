@@ -61,12 +61,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("verdict:")
         print(render_verdict(verdict).rstrip())
-    print(f"summary:\n{candidate.summary.strip() or '(none)'}")
+    from kevin_agent.safe_text import terminal_safe as safe  # the model wrote these: escapes spelled out
+
+    print(f"summary:\n{safe(candidate.summary.strip()) or '(none)'}")
     if candidate.parse_error:
-        print(f"format error: {candidate.parse_error}")
-    print(f"code:\n{candidate.code}" if candidate.code else "code: (none)")
+        print(f"format error: {safe(candidate.parse_error)}")
+    print(f"code:\n{safe(candidate.code)}" if candidate.code else "code: (none)")
     if args.reasoning:
-        print(f"reasoning:\n{candidate.reasoning}\nresponse:\n{candidate.response}")
+        print(f"reasoning:\n{safe(candidate.reasoning)}\nresponse:\n{safe(candidate.response)}")
     return 0
 
 

@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from kevin_agent.data import Candidate, Verdict
+from kevin_agent.safe_text import terminal_safe
 from kevin_agent.tui.formatting import cuda_sources, verdict_label
 from kevin_agent.verdict_text import render_verdict
 
@@ -20,7 +21,8 @@ THEME = "ansi_dark"  # follows the terminal's palette; deterministic in screensh
 
 
 def code_view(code: str, lexer: str) -> Static:
-    return Static(Syntax(code, lexer, theme=THEME, line_numbers=True, word_wrap=False),
+    return Static(Syntax(terminal_safe(code), lexer,  # the model wrote it: no escapes reach the terminal
+                          theme=THEME, line_numbers=True, word_wrap=False),
                   expand=True)
 
 
@@ -46,7 +48,7 @@ class CandidateScreen(Screen):
         with TabbedContent(id="candidate-tabs"):
             with TabPane("Verdict", id="tab-verdict"):
                 with VerticalScroll():
-                    summary = c.summary.strip() or c.parse_error or "(no summary)"
+                    summary = terminal_safe(c.summary.strip() or c.parse_error or "(no summary)")
                     yield Static(Text("Model's summary\n", style="bold") + Text(summary + "\n"),
                                  id="summary")
                     yield Static(Text(_verdict_text(self.verdict)), id="verdict")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Optional
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
@@ -140,14 +141,14 @@ class RunScreen(Screen):
         note = replay_note(record, text)
         if note:
             text += f"\n{note}"
-        self.query_one("#conclusion", Static).update(text)
+        self.query_one("#conclusion", Static).update(Text(text))  # plain text: no markup from errors
         self._refresh_progress()
         self.refresh_bindings()
 
     def mark_failed(self, message: str) -> None:
         """The run could not start or crashed outside the session (the app notified already)."""
         self.view.apply(RunFailed(self.view.run_id, message))
-        self.query_one("#conclusion", Static).update(f"Run failed: {message}")
+        self.query_one("#conclusion", Static).update(Text(f"Run failed: {message}"))
         self._refresh_progress()
         self.refresh_bindings()
 
@@ -160,7 +161,7 @@ class RunScreen(Screen):
         if isinstance(event, (CandidateGenerated, VerdictReady)):
             self._show_row(*self.view.rows[event.candidate.id])
         elif isinstance(event, RunFailed):
-            self.notify(event.message, title="Run failed", severity="error", timeout=10)
+            self.notify(event.message, title="Run failed", severity="error", timeout=10, markup=False)
         self._refresh_progress()
 
     def on_run_resumed(self, message: RunResumed) -> None:

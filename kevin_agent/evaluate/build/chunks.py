@@ -86,13 +86,16 @@ def raw_chunks(src: str) -> list[Chunk]:
     chunks: list[Chunk] = []
     n, i, start, depth = len(code), 0, 0, 0
     brace_at = -1  # where the current chunk's first top-level '{' is
+    lines = [0, 1]  # [offset counted to, line number there]: counted on, never from the start again
 
     def emit(end: int, preprocessor: bool) -> None:
         text = code[start:end]
         lead = len(text) - len(text.lstrip())
         if text.strip():
             s = start + lead
-            chunks.append(Chunk(src[s:end], code[s:end], code.count("\n", 0, s) + 1, preprocessor))
+            lines[1] += code.count("\n", lines[0], s)
+            lines[0] = s
+            chunks.append(Chunk(src[s:end], code[s:end], lines[1], preprocessor))
 
     while i < n:
         c = code[i]

@@ -16,6 +16,11 @@ from kevin_agent import feedback
 from kevin_agent.evaluate.build.specs import SourceExtractionError, extract_specs
 from kevin_agent.evaluate.source.calls import load_inline_parameter_order, spec_from_call
 
+# Extensions one answer may build: real answers have one or two; each build may take minutes
+# (up to the compile limit) and leaves a cache entry, so a loop of load_inline calls with distinct
+# sources would otherwise hold the machine and fill the disk.
+MAX_EXTENSIONS = 8
+
 if TYPE_CHECKING:
     import types
 
@@ -41,6 +46,11 @@ def compile_candidate(code: str, cache: BuildCache) -> CompileOutcome:
         specs, found_by = extract_specs(code, timeout_s=min(120.0, cache.timeout_s), sandbox=cache.sandbox)
     except SourceExtractionError as exc:
         return CompileOutcome(False, feedback.compile_error(f"could not find what to compile: {exc}"))
+    distinct = len({repr(spec.to_dict()) for spec in specs})
+    if distinct > MAX_EXTENSIONS:
+        return CompileOutcome(False, feedback.compile_error(
+            f"the answer builds {distinct} different extensions (load_inline calls); at most {MAX_EXTENSIONS} "
+            "are built per answer: put the kernels into one load_inline call"), [], found_by)
     results = []
     for spec in specs:
         result = cache.build(spec)

@@ -160,7 +160,7 @@ def kernel_signature(code: str, name: str) -> KernelSignature:
         template_params = code[t.end() : close].strip()
         for param in split_top_level(template_params, angle=True):
             decl = param.split("=")[0].strip()
-            ident = re.search(r"([A-Za-z_]\w*)\s*$", decl)
+            ident = re.search(r"\b([A-Za-z_]\w*)\s*$", decl)
             if not ident or "..." in decl:
                 raise SplitRefused(f"kernel '{name}' has template parameters the launcher cannot copy")
             template_names.append(ident.group(1))
@@ -174,7 +174,7 @@ def kernel_signature(code: str, name: str) -> KernelSignature:
         for param in params:
             if any(c in param for c in "[=(") or "..." in param:
                 raise SplitRefused(f"kernel '{name}' has a parameter the launcher cannot copy: {param}")
-            ident = re.search(r"([A-Za-z_]\w*)\s*$", param)
+            ident = re.search(r"\b([A-Za-z_]\w*)\s*$", param)
             type_text = param[: ident.start()].strip() if ident else ""
             if not ident or not IDENT.search(type_text) or type_text.endswith("::"):
                 raise SplitRefused(f"kernel '{name}' has an unnamed parameter: {param}")

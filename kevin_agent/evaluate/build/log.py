@@ -10,6 +10,8 @@ import re
 
 MAX_ERRORS = 3
 MAX_CHARS = 2000
+MAX_LINE = 4000  # characters of one log line looked at: the errors kept are 2000 in all, and a line of
+# megabytes (the compiler quoting a candidate's one-line source) made shortening its paths quadratic
 _GCC = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+)(?::\d+)?: (?:fatal )?error\b")
 _NVCC = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?:catastrophic )?error\b")
 _OTHER = re.compile(r"(undefined reference to|undefined symbol|ld returned|nvcc fatal|^error:|: fatal error:)")
@@ -24,7 +26,7 @@ def _shorten_path(line: str) -> str:
 
 def trim_errors(log: str, max_errors: int = MAX_ERRORS, max_chars: int = MAX_CHARS) -> str:
     """The first ``max_errors`` errors with a little context, at most ``max_chars`` characters."""
-    lines = log.splitlines()
+    lines = [line if len(line) <= MAX_LINE else line[:MAX_LINE] + " ... (line cut)" for line in log.splitlines()]
     blocks: list[str] = []
     seen: set[str] = set()
     i = 0

@@ -73,7 +73,7 @@ def _strip_template_prefix(code: str) -> str:
 
 def _function_name(head: str) -> str | None:
     head = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", _strip_template_prefix(head))
-    m = re.search(r"([A-Za-z_]\w*)\s*(?:<[^<>()]*>)?\s*\(", head)
+    m = re.search(r"\b([A-Za-z_]\w*)\s*(?:<[^<>()]*>)?\s*\(", head)  # \b: linear in a long name
     return m.group(1) if m else None
 
 
@@ -132,7 +132,7 @@ def _type_or_var_name(text: str) -> str | None:
     if m:
         return m.group(1)
     # a variable or typedef: the identifier before '=', '[', '{', '(' or ';' at the end of the declarator
-    m = re.search(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*(?:=|\{|;|\(|$)", text.split("=")[0] + ";")
+    m = re.search(r"\b([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*(?:=|\{|;|\(|$)", text.split("=")[0] + ";")
     return m.group(1) if m else None
 
 
@@ -141,6 +141,8 @@ def _place(chunks: list[Chunk]) -> list[str]:
     sides: list[str] = []
     host_chunks = [c for c in chunks if c.kind in ("host_torch", "pp_torch")]
     host_uses = set().union(*(c.uses for c in host_chunks)) if host_chunks else set()
+    # names device-side code uses, once (not per declaration: quadratic in a source of many)
+    device_uses = set().union(*(c.uses for c in chunks if c.kind in ("kernel", "device", "plain_fn")))
     for chunk in chunks:
         kind = chunk.kind
         if kind in ("pp_torch", "host_torch"):
@@ -168,9 +170,7 @@ def _place(chunks: list[Chunk]) -> list[str]:
             if immutable or prototype or chunk.name is None:
                 sides.append(BOTH)
             else:
-                device_uses = any(chunk.name in c.uses for c in chunks
-                                  if c is not chunk and c.kind in ("kernel", "device", "plain_fn"))
-                if device_uses and chunk.name in host_uses:
+                if chunk.name in device_uses and chunk.name in host_uses:  # a declaration is none of those kinds
                     raise SplitRefused(f"non-const global '{chunk.name}' is used by device and torch code")
                 sides.append(HOST if chunk.name in host_uses else DEVICE)
     return sides

@@ -181,7 +181,8 @@ def coverage(abi: int, has_seccomp: bool) -> list[str]:
     rights = ["read", "write", "execute", "create", "remove"] + (["rename across folders"] if abi >= 2 else [])
     rights += (["truncate"] if abi >= 3 else []) + (["ioctl on devices"] if abi >= 5 else [])
     lines = [f"files: Landlock ({', '.join(rights)})" if abi >= 1 else "files: NOT confined (no Landlock)"]
-    lines.append("file metadata (chmod, chown, utimes, xattr): " + ("refused by seccomp" if has_seccomp else
+    lines.append("file metadata (chmod, chown, utimes, xattr) and watches (inotify, fanotify): "
+                 + ("refused by seccomp" if has_seccomp else
                  "NOT refused (no seccomp; Landlock does not cover it)"))
     net = ["sockets refused by seccomp"] if has_seccomp else []
     net += ["TCP bind/connect refused by Landlock"] if abi >= 4 else []

@@ -9,7 +9,9 @@ otherwise slip past the numbers below) and kills the process on a mismatch. Then
   to clone, whose flags can be checked), personality, setrlimit and prlimit64 with a new limit,
   device nodes (mknod), and what only root could do (modules, reboot, kexec, swap, clock, hostname,
   raw I/O ports, chroot, quotas, acct, syslog), and every call that changes a file's metadata
-  (mode, owner, times, extended attributes: Landlock does not cover them);
+  (mode, owner, times, extended attributes: Landlock does not cover them), and file watches
+  (inotify, fanotify: Landlock does not check them, so a watch on the home would name the files
+  opened and written there);
 - with ``network=False``: socket and socketpair (every family, AF_UNIX included);
 - with ``processes=False``: execve, execveat, fork, vfork and clone without CLONE_THREAD (threads
   keep working; no process can be started, so none outlives the worker's process group).
@@ -78,7 +80,8 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452, "chown": 92, "fchown": 93,
         "lchown": 94, "fchownat": 260, "utime": 132, "utimes": 235, "futimesat": 261, "utimensat": 280,
         "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197, "lremovexattr": 198,
-        "fremovexattr": 199, "setxattrat": 463, "removexattrat": 466,
+        "fremovexattr": 199, "setxattrat": 463, "removexattrat": 466, "inotify_init": 253,
+        "inotify_init1": 294, "inotify_add_watch": 254, "fanotify_init": 300, "fanotify_mark": 301,
     },
     "aarch64": {
         "socket": 198, "socketpair": 199, "execve": 221, "execveat": 281, "clone": 220, "clone3": 435,
@@ -96,6 +99,7 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "nfsservctl": 42, "fchmod": 52, "fchmodat": 53, "fchmodat2": 452, "fchownat": 54, "fchown": 55,
         "utimensat": 88, "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14,
         "lremovexattr": 15, "fremovexattr": 16, "setxattrat": 463, "removexattrat": 466,
+        "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262, "fanotify_mark": 263,
     },
 }
 
@@ -116,6 +120,9 @@ METADATA_DENIED = (
     "futimesat", "utimensat", "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr",
     "fremovexattr", "setxattrat", "removexattrat",
 )
+# Watches: Landlock does not check inotify or fanotify marks, so a watch on a hidden folder (the
+# home) would report the names of files opened and written there. Refused with the metadata calls.
+WATCH_DENIED = ("inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark")
 NETWORK_DENIED = ("socket", "socketpair")
 PROCESS_DENIED = ("execve", "execveat", "fork", "vfork")
 
@@ -141,7 +148,8 @@ def build_filter(*, network: bool, processes: bool, arch: str | None = None,
     """The BPF program (packed ``struct sock_filter`` array) and the names it denies.
 
     ``socket_families``: without ``network``, socket() of these address families stays allowed
-    (socketpair never is). ``metadata``: the chmod, chown, utimes and xattr calls stay allowed."""
+    (socketpair never is). ``metadata``: the chmod, chown, utimes and xattr calls and file watches
+    (inotify, fanotify) stay allowed (the GPU worker's start-up layer, before any candidate code)."""
     arch = arch or machine()
     if arch not in SYSCALLS:
         raise UnsupportedArch(f"no system call table for {arch} (x86_64 and aarch64 are supported)")
@@ -157,7 +165,8 @@ def build_filter(*, network: bool, processes: bool, arch: str | None = None,
         prog += [_ins(_JGE_K, X32_SYSCALL_BIT, jt=0, jf=1), _ins(_RET_K, RET_KILL_PROCESS)]
     families = tuple(socket_families) if not network else ()
     network_denied = [n for n in NETWORK_DENIED if not (families and n == "socket")]
-    names = (list(ALWAYS_DENIED) + ([] if metadata else list(METADATA_DENIED)) + ([] if network else network_denied)
+    names = (list(ALWAYS_DENIED) + ([] if metadata else [*METADATA_DENIED, *WATCH_DENIED])
+             + ([] if network else network_denied)
              + ([] if processes else list(PROCESS_DENIED)))
     denied = tuple(n for n in names if n in table)
     for name in denied:

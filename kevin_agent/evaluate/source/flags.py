@@ -6,7 +6,9 @@ other flag is refused by name, before anything is compiled (the static stage whe
 are literals, ``BuildCache.build`` for every spec, however it was found). Flags that make a
 compiler run a program, read or write a file of their choosing (``-wrapper``, ``-MF``,
 ``-include``, ``-ccbin``, ``--keep``, ``-Wl,...``, ``-B``, ``-specs``, ``@file``, linker scripts,
-absolute paths) never reach a compiler. Standard library only.
+absolute paths) never reach a compiler. A flag or path with any character but printable ASCII (a
+control character, a line break inside one flag, a look-alike dash) is refused whole: it would
+reach the build file and the compile log as written. Standard library only.
 """
 
 from __future__ import annotations
@@ -180,10 +182,19 @@ def argument_problems(values: Mapping[str, object]) -> list[tuple[str, str]]:
     for name, check in _CHECKS.items():
         raw = values.get(name)
         items = (raw,) if isinstance(raw, str) else tuple(str(v) for v in raw or ())  # type: ignore[attr-defined]
+        for item in (i for i in items if not plain_ascii(i)):
+            found.append((name, f"The flag {_short(ascii(item))} in {name} has a character other than printable "
+                                "ASCII (a control character, a line break inside one flag, a look-alike): remove it."))
+        items = tuple(i for i in items if plain_ascii(i))
         for flag in check(items):
             found.append((name, f"The flag '{_short(flag)}' in {name} is not allowed ({_WHY[name]}; {DOC}): "
                                 "remove it."))
     return found
+
+
+def plain_ascii(text: str) -> bool:
+    """Only printable ASCII and spaces: what a flag or path of a real build is made of."""
+    return all(" " <= c <= "~" for c in text)
 
 
 def _short(flag: str, limit: int = 80) -> str:

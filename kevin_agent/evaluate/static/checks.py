@@ -58,13 +58,26 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+TOO_DEEP = Violation("source-size", None, "The answer nests expressions too deeply to be checked (a chain of "
+                     "hundreds of operators, calls or attributes): write flat code.")
+
+
 def check_all(code: str, task_source: Optional[str] = None) -> tuple[list[Violation], list[Violation]]:
-    """(rejections, hints) of a candidate; one ("syntax", line) rejection if it does not parse.
+    """(rejections, hints) of a candidate; one ("syntax", line) rejection if it does not parse, one
+    ``TOO_DEEP`` rejection if it nests deeper than the parser or the checks' recursion reach (a
+    900-term sum took the checks past Python's recursion limit: the judge itself raised).
 
     ``task_source`` (optional) names the reference's classes so that using any of them is caught."""
     too_large = build.source_too_large(code)
     if too_large is not None:
         return [too_large], []
+    try:
+        return _check_parsed(code, task_source)
+    except (RecursionError, MemoryError):  # MemoryError: the parser's own stack overflowing
+        return [TOO_DEEP], []
+
+
+def _check_parsed(code: str, task_source: Optional[str]) -> tuple[list[Violation], list[Violation]]:
     try:
         tree = ast.parse(code)
     except SyntaxError as error:
