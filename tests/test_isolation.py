@@ -82,6 +82,18 @@ def test_crashes_become_load_verdicts_and_next_candidate_runs(tmp_path: Path, mo
     assert after.verdict.ok and after.pid != crashed.pid
 
 
+def test_a_reply_written_by_the_candidate_instead_of_the_worker_counts_for_nothing(tmp_path: Path) -> None:
+    """Candidate code runs in the worker's process and may write the job folder: a passing reply
+    of its own (then ending the process) must not be taken. The parent draws a token per job
+    that only the worker's own reply carries; the job file holding it is removed once read."""
+    with make_pool(tmp_path) as pool:
+        forged = pool.run(job("forge"))
+        honest = pool.run(job("normal"))  # control: the same reply with the job's token is taken
+    assert forged.crashed and not forged.verdict.ok and forged.verdict.stage is Stage.LOAD
+    assert "did not carry this job's token" in forged.verdict.message and not forged.verdict.correct
+    assert honest.verdict.ok and honest.verdict.stage is Stage.TIMING and not honest.crashed
+
+
 def test_stderr_tail_reaches_the_verdict(tmp_path: Path) -> None:
     with make_pool(tmp_path) as pool:
         result = pool.run(job("abort"))

@@ -432,15 +432,27 @@ def _written(path, text):
 def test_write_reply_is_atomic_and_complete(tmp_path):
     path = tmp_path / "out" / "result.json"
     verdict = Verdict(Stage.TIMING, True, "fast", VerdictDetails(timing=TimingRecord(speedup_vs_eager=2.0)))
-    write_reply(path, WorkerReply(verdict=verdict))
+    write_reply(WorkerJob("T", "C", path, reply_token="5f1e"), WorkerReply(verdict=verdict))
     reply = WorkerReply.read(path)
     assert reply and reply.verdict and reply.verdict.details.timing.speedup_vs_eager == 2.0
+    assert reply.token == "5f1e"  # the job's token, which the parent checks the reply by
     assert [p.name for p in path.parent.iterdir()] == ["result.json"]  # no temp file left
+
+
+def test_the_job_file_is_gone_once_read_and_its_token_kept(tmp_path):
+    """The token must not stay on disk where the candidate's code (same process, same folder)
+    could read it and stamp a reply of its own."""
+    from kevin_agent.evaluate.worker.main import read_job
+
+    path = _written(tmp_path / "job.json", WorkerJob("T", "C", tmp_path / "r.json", reply_token="9c2a").to_json())
+    assert read_job(path).reply_token == "9c2a"
+    assert not path.exists()
 
 
 def test_task_failure_reply_is_structured(tmp_path):
     path = tmp_path / "result.json"
-    write_reply(path, WorkerReply(task_failure="NameError: name 'x' is not defined", task_failure_detail="tb"))
+    write_reply(WorkerJob("T", "C", path), WorkerReply(task_failure="NameError: name 'x' is not defined",
+                                                       task_failure_detail="tb"))
     reply = WorkerReply.read(path)
     assert reply and reply.verdict is None and (reply.task_failure or "").startswith("NameError")
     path.write_text("{}")  # neither a verdict nor a task failure: unusable, like a crash

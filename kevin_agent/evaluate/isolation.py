@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hmac
+import secrets
 import shutil
 import subprocess
 import sys
@@ -39,6 +41,10 @@ from kevin_agent.evaluate.sandbox.relay import EXIT_LIMIT
 
 DEFAULT_WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "kevin_agent.evaluate.worker")
 _POLL_S = 0.02
+# A reply without the job's token was written by something other than the worker's own code: the
+# candidate (its code runs in the worker's process and may write the job folder) forging a verdict.
+FORGED_REPLY = ("the worker's reply did not carry this job's token: something other than the judge wrote it "
+                "(a forged verdict), so nothing in it counts")
 
 @dataclass
 class WorkerResult:
@@ -266,7 +272,8 @@ class WorkerPool:
                 waited_s: float, start_next: bool, limit_s: float) -> WorkerResult:
         result_path = worker.scratch / "result.json"
         job_path = worker.scratch / "job.json"
-        job = dataclasses.replace(job, result_path=result_path, scratch_dir=worker.scratch / "work")
+        job = dataclasses.replace(job, result_path=result_path, scratch_dir=worker.scratch / "work",
+                                  reply_token=secrets.token_hex(16))
         job_path.write_text(job.to_json())
         with self._lock:
             self._running = worker
@@ -296,6 +303,9 @@ class WorkerPool:
         if cancelled:
             return _cancelled_result(worker.pid, seconds)
         reply = None if timed_out else WorkerReply.read(result_path)
+        if reply is not None and not hmac.compare_digest(reply.token, job.reply_token):
+            return WorkerResult(crash_verdict(FORGED_REPLY, stderr_tail), worker.pid, seconds, returncode, True,
+                                stderr_tail=stderr_tail, waited_s=waited_s)
         if reply is not None and (reply.verdict is not None or reply.baseline is not None):
             verdict = reply.verdict or Verdict(Stage.TIMING, True, "baseline measured", VerdictDetails())
             return WorkerResult(verdict, worker.pid, seconds, returncode, False, stderr_tail=stderr_tail,

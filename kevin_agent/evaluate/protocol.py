@@ -103,6 +103,7 @@ class WorkerJob:
     measure_baseline: bool = False  # a baseline job: time the reference only
     build_entries: tuple[str, ...] = ()  # the cache entries of the candidate's extensions (readable)
     protect: tuple[str, ...] = ()  # folders confined candidate code must never see (the repository)
+    reply_token: str = ""  # drawn by the parent per job; a reply without it is not the worker's own
 
     def to_json(self) -> str:
         return json.dumps({
@@ -112,7 +113,7 @@ class WorkerJob:
             "scratch_dir": str(self.scratch_dir) if self.scratch_dir else None,
             "baseline": self.baseline.to_dict() if self.baseline else None,
             "measure_baseline": self.measure_baseline, "build_entries": list(self.build_entries),
-            "protect": list(self.protect),
+            "protect": list(self.protect), "reply_token": self.reply_token,
         })
 
     @classmethod
@@ -139,7 +140,7 @@ class WorkerJob:
         return cls(raw["task_source"], raw["candidate_source"], Path(raw["result_path"]), settings,
                    Path(cache) if cache else None, Path(scratch) if scratch else None, baseline,
                    bool(raw.get("measure_baseline")), tuple(raw.get("build_entries") or ()),
-                   tuple(raw.get("protect") or ()))
+                   tuple(raw.get("protect") or ()), str(raw.get("reply_token") or ""))
 
 
 @dataclass
@@ -151,12 +152,14 @@ class WorkerReply:
     task_failure: Optional[str] = None  # one line: the user's module fails, not the candidate
     task_failure_detail: str = ""
     baseline: Optional[Baseline] = None
+    token: str = ""  # the job's ``reply_token``, echoed: what the parent checks the reply by
 
     def to_json(self) -> str:
         return json.dumps({
             "verdict": self.verdict.to_dict() if self.verdict is not None else None,
             "task_failure": self.task_failure, "task_failure_detail": self.task_failure_detail,
             "baseline": self.baseline.to_dict() if self.baseline is not None else None,
+            "token": self.token,
         })
 
     @classmethod
@@ -171,7 +174,8 @@ class WorkerReply:
             return None
         if verdict is None and baseline is None and not raw.get("task_failure"):
             return None
-        return cls(verdict, raw.get("task_failure"), raw.get("task_failure_detail") or "", baseline)
+        return cls(verdict, raw.get("task_failure"), raw.get("task_failure_detail") or "", baseline,
+                   str(raw.get("token") or ""))
 
 
 @dataclass

@@ -41,7 +41,7 @@ def main() -> None:
     if job.get("measure_baseline"):  # a "standin-baseline-ms: MS" comment in the task sets its time
         slow = re.search(r"standin-baseline-ms: ([\d.]+)", job["task_source"])
         ms = float(slow.group(1)) if slow else 1.2
-        write_baseline(job["result_path"], ms, ms)
+        write_baseline(job["result_path"], ms, ms, job.get("reply_token", ""))
         return
     node = os.environ.get("KEVIN_RAY_NODE_NAME", "?")
     with open(STARTED_MARKER, "w") as marker_file:  # in the working folder the pool gave this job
@@ -61,7 +61,7 @@ def main() -> None:
         time.sleep(3600)
     elif mode == "sleep":
         time.sleep(seconds)
-    write_result(job["result_path"], info)
+    write_result(job["result_path"], info, job.get("reply_token", ""))
 
 
 if __name__ == "__main__":

@@ -22,12 +22,25 @@ from kevin_agent.evaluate.worker.provenance import warm_profiler
 from kevin_agent.evaluate.worker.stages import TaskProblem, evaluate_job
 
 
-def write_reply(path: Path, reply: WorkerReply) -> None:
-    """Write the reply atomically: a temp file in the same folder, then rename."""
+def write_reply(job: WorkerJob, reply: WorkerReply) -> None:
+    """Write the reply atomically (a temp file in the same folder, then rename), stamped with the
+    job's reply token: the parent takes no reply without it (a candidate writing its own is not)."""
     from kevin_agent.atomic import write_text_atomically
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(path, reply.to_json())
+    reply.token = job.reply_token
+    job.result_path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(job.result_path, reply.to_json())
+
+
+def read_job(path: Path) -> WorkerJob:
+    """The job at ``path``, its file removed once read: the reply token it holds must not be left
+    where the candidate's code could read it (BadJob with one line)."""
+    job = WorkerJob.read(path)
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:  # the reply still needs the token; the candidate could now read it
+        print(f"kevin-worker: could not remove the job file: {exc}", file=sys.stderr, flush=True)
+    return job
 
 
 def cache_dir_of(job: WorkerJob) -> Path:
@@ -84,7 +97,7 @@ def main() -> int:
     try:
         if not line:
             raise BadJob("no job path on stdin")
-        job = WorkerJob.read(Path(line))
+        job = read_job(Path(line))
     except BadJob as exc:
         print(f"kevin-worker: {exc}", file=sys.stderr, flush=True)
         return WorkerExit.BAD_JOB
@@ -100,6 +113,6 @@ def main() -> int:
     except Exception:
         traceback.print_exc(file=sys.stderr)
         return WorkerExit.INTERNAL
-    write_reply(job.result_path, reply)
+    write_reply(job, reply)
     return WorkerExit.OK
 
