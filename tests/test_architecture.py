@@ -143,10 +143,14 @@ def test_no_import_circles():
             if len(component) > 1:
                 circles.append(sorted(component))
 
+    limit = sys.getrecursionlimit()
     sys.setrecursionlimit(10_000)
-    for node in GRAPH:
-        if node not in index:
-            visit(node)
+    try:
+        for node in GRAPH:
+            if node not in index:
+                visit(node)
+    finally:
+        sys.setrecursionlimit(limit)  # later tests rely on the default (deep-nesting attacks)
     assert circles == []
 
 

@@ -428,6 +428,7 @@ def test_a_deeply_nested_answer_is_a_static_rejection_not_a_crash_of_the_judge(s
 
     code = ("import torch\nfrom torch.utils.cpp_extension import load_inline\n"
             f"X = {DEEP[shape]}\n") + _cuda_candidate("").split("\n", 2)[2]
+    assert sys.getrecursionlimit() == 1000  # Python's default: the depths above are chosen for it
     with pytest.raises((RecursionError, MemoryError)):
         _check_parsed(code, None)  # control
     verdict = static_verdict(code)
