@@ -24,6 +24,10 @@ from pathlib import Path
 from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
+# Ray 2.5x turns token auth on when a token sits in ~/.ray (a local ``ray.init`` writes one): the
+# driver (this process) would then demand it from nodes that never send it. Explicitly off for the
+# test cluster's nodes, the driver and every ``kevin`` process the tests start.
+RAY_AUTH_MODE = "disabled"
 RAY = str(Path(sys.executable).with_name("ray"))
 START_TIMEOUT_S = 600.0  # a guard: a node starts in ~15 s on a busy 2-core machine
 STANDIN_SCRIPT = "ray_standin.py"  # tests/workers/ray_standin.py, the stand-in GPU worker
@@ -85,6 +89,7 @@ class LocalCluster:
         # its own home: a Ray token in the user's ~/.ray (``ray get-auth-token --generate``) would make
         # the head demand it from nodes that, with token auth off, never send it
         env["HOME"] = str(self._mkdir(self.root / f"home-{name}"))
+        env["RAY_AUTH_MODE"] = RAY_AUTH_MODE  # never token auth, whatever token a HOME holds
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), str(ROOT)])
         env["RAY_health_check_period_ms"] = "1000"  # a killed node is noticed in seconds
         env["RAY_health_check_failure_threshold"] = "3"

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from loop_fixtures import TASK_FILE, with_verdicts, write_script
-from ray_cluster import ROOT, LocalCluster, pid_alive
+from ray_cluster import RAY_AUTH_MODE, ROOT, LocalCluster, pid_alive
 
 from kevin_agent.data import Stage, Task
 from kevin_agent.errors import EnvironmentProblem
@@ -390,7 +390,8 @@ ray = pytest.importorskip("ray")  # the tests above need no Ray
 @pytest.fixture(scope="module")
 def cluster():
     """A head (1 CPU, no GPU) and a second node declaring one GPU (1 CPU): two "machines"."""
-    with LocalCluster() as local:
+    with pytest.MonkeyPatch.context() as patch, LocalCluster() as local:
+        patch.setenv("RAY_AUTH_MODE", RAY_AUTH_MODE)  # the driver: see ray_cluster.RAY_AUTH_MODE
         local.start(num_cpus=1, num_gpus=0)
         local.add_node("gpu-a", num_cpus=1, num_gpus=1)
         try:
@@ -563,7 +564,7 @@ def test_kevin_optimize_on_the_cluster_stores_every_verdict(cluster, tmp_path):
     (tmp_path / "script.json").write_text(json.dumps(script))
     cluster.clear_pids()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KEVIN_", "OPENAI_", "RAY_"))}
-    env.update(KEVIN_RAY_WORKER_COMMAND=" ".join(STANDIN), KEVIN_RAY_COMPILER=FAKE_COMPILE,
+    env.update(RAY_AUTH_MODE=RAY_AUTH_MODE, KEVIN_RAY_WORKER_COMMAND=" ".join(STANDIN), KEVIN_RAY_COMPILER=FAKE_COMPILE,
                KEVIN_BUILD_CACHE=str(tmp_path / "laptop-cache"), TORCH_CUDA_ARCH_LIST="9.0")
     done = subprocess.run([sys.executable, "-m", "kevin_agent", "optimize", "add.py::Model", "--backend", "scripted",
                            "--script", str(tmp_path / "script.json"), "-m", "2", "-n", "2", "--json",
