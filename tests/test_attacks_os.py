@@ -65,6 +65,15 @@ def world(tmp_path_factory):
 
 # -- the entry points ------------------------------------------------------------------------
 
+def run_entry(entry: str, attack: Attack, targets: dict, confined: bool, world: dict, root: Path) -> dict:
+    """``attack`` through one candidate-facing child: "record", "compile" or the GPU "worker"."""
+    if entry == "record":
+        return run_record(attack, targets, confined)
+    if entry == "compile":
+        return run_compile(attack, targets, confined, root)
+    return run_worker(attack, targets, confined, world)
+
+
 def run_record(attack: Attack, targets: dict, confined: bool) -> dict:
     """The recorder on a candidate whose top level tries ``attack``; the result travels back in
     the recorded load_inline call (or the recorder's error when the sandbox stopped it)."""
@@ -122,12 +131,7 @@ def run(entry: str, name: str, confined: bool, world: dict, tmp_path: Path) -> t
     targets = os_targets(world, scratch, world["listener"].port, world["victim"])
     attack = by_name(name)
     before = world["listener"].accepted
-    if entry == "record":
-        out = run_record(attack, targets, confined)
-    elif entry == "compile":
-        out = run_compile(attack, targets, confined, tmp_path)
-    else:
-        out = run_worker(attack, targets, confined, world)
+    out = run_entry(entry, attack, targets, confined, world, tmp_path)
     time.sleep(0.2)  # a process left behind has had time to start
     out["lingering"] = end_lingering(targets["linger"])
     out["accepted"] = world["listener"].accepted - before

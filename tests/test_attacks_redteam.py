@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_attacks_os import run_compile, run_record, run_worker, world  # noqa: F401 - world: a fixture
+from test_attacks_os import run_entry, world  # noqa: F401 - world: a fixture
 
 from kevin_agent.evaluate.sandbox import seccomp
 from kevin_agent.evaluate.sandbox.attacks import Attack, end_lingering, os_targets
@@ -55,12 +55,7 @@ def redteam_run(entry: str, attack: Attack, confined: bool, world: dict, tmp_pat
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     targets.update(other_entry=str(other), pch_file=str(pch))
-    if entry == "record":
-        out = run_record(attack, targets, confined)
-    elif entry == "compile":
-        out = run_compile(attack, targets, confined, tmp_path)
-    else:
-        out = run_worker(attack, targets, confined, world)
+    out = run_entry(entry, attack, targets, confined, world, tmp_path)
     end_lingering(targets["linger"])
     out["pch_written"] = pch.read_text() != "// shared header\n"
     return out
