@@ -114,6 +114,7 @@ class CorrectnessRecord:
     rms_error_vs_fp64: float | None = None
     reference_rms_error_vs_fp64: float | None = None
     fp64_accepted: bool | None = None  # True: passed only by the float64 rule (outside atol/rtol of eager)
+    judged_calls: int | None = None  # calls the judge outside the candidate's process confirmed (issue 19)
 
     FLAT_NAMES: ClassVar[dict[str, str]] = {}
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hmac
+import json
 import secrets
 import shutil
 import subprocess
@@ -27,6 +28,7 @@ from typing import Optional
 
 from kevin_agent.data import Stage, Verdict, VerdictDetails
 from kevin_agent.errors import EnvironmentProblem
+from kevin_agent.evaluate.judgement import REPORT_LIMIT_BYTES, JudgeReport, judged_verdict, needs_judge
 from kevin_agent.evaluate.processes import (
     crash_reason,
     crash_verdict,
@@ -40,6 +42,7 @@ from kevin_agent.evaluate.sandbox.limits import limit_message
 from kevin_agent.evaluate.sandbox.relay import EXIT_LIMIT
 
 DEFAULT_WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "kevin_agent.evaluate.worker")
+DEFAULT_JUDGE_COMMAND: tuple[str, ...] = (sys.executable, "-m", "kevin_agent.evaluate.judge")
 _POLL_S = 0.02
 # A reply without the job's token was written by something other than the worker's own code: the
 # candidate (its code runs in the worker's process and may write the job folder) forging a verdict.
@@ -74,6 +77,7 @@ class _Worker:
     spawned_wall: float
     ready: bool = False
     ready_wall: Optional[float] = None
+    judge: Optional[subprocess.Popen] = None  # the judge beside it (``evaluate.judge``), started with it
 
     @property
     def startup_s(self) -> Optional[float]:
@@ -91,7 +95,9 @@ Confine = Callable[[Path, Sequence[str]], list[str]]  # (job folder, command) ->
 class WorkerPool:
     """Spawns one fresh worker per job, with ``spares`` started ahead (a ready one is waiting).
 
-    ``command`` replaces the worker command (tests use stand-in workers). ``base_env`` is the
+    ``command`` replaces the worker command (tests use stand-in workers). Beside each worker a
+    judge process starts (``judge_command``; by default with the default worker command only):
+    a verdict that passed counts only when the judge confirms its outputs (``judgement``). ``base_env`` is the
     environment to scrub (default: ``os.environ`` at spawn time). Thread-safe for one caller at a
     time; ``close()`` may be called from any thread.
     """
@@ -109,8 +115,12 @@ class WorkerPool:
         extra_env: Optional[Mapping[str, str]] = None,
         keep_scratch: bool = False,
         confine: Optional[Confine] = None,
+        judge_command: Optional[Sequence[str]] = None,
+        judge_timeout_s: float = 180.0,
     ) -> None:
         self.command = tuple(command) if command else DEFAULT_WORKER_COMMAND
+        self.judge_command = tuple(judge_command) if judge_command else (None if command else DEFAULT_JUDGE_COMMAND)
+        self.judge_timeout_s = judge_timeout_s
         self.run_timeout_s = run_timeout_s
         self.start_timeout_s = start_timeout_s
         self.spares = max(0, spares) if spare else 0
@@ -148,7 +158,24 @@ class WorkerPool:
                 start_new_session=True,
                 close_fds=True,
             )
-        return _Worker(proc, scratch, stdout_path, stderr_path, time.monotonic(), time.time())
+        worker = _Worker(proc, scratch, stdout_path, stderr_path, time.monotonic(), time.time())
+        if self.judge_command:
+            worker.judge = self._spawn_judge(scratch, env)
+        return worker
+
+    def _spawn_judge(self, scratch: Path, env: Mapping[str, str]) -> Optional[subprocess.Popen]:
+        """The judge beside a new worker: its stdin and stdout are pipes only this process holds
+        (its report comes back there, out of the candidate's reach); None when it cannot start."""
+        assert self.judge_command is not None
+        folder = scratch / "judge"
+        folder.mkdir()
+        command = self.confine(scratch, self.judge_command) if self.confine else list(self.judge_command)
+        try:
+            with open(scratch / "judge-stderr.log", "wb") as err:
+                return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                        cwd=folder, env=dict(env), start_new_session=True, close_fds=True)
+        except OSError:  # the verdict then says the judge did not report: fail closed
+            return None
 
     def start_spare(self, count: Optional[int] = None) -> None:
         """Top the waiting spares up to ``count`` (default: ``spares``); dead ones are replaced."""
@@ -209,12 +236,16 @@ class WorkerPool:
         return True
 
     def _discard(self, worker: _Worker) -> None:
-        kill_group(worker.proc)
-        if worker.proc.stdin:
-            try:
-                worker.proc.stdin.close()
-            except OSError:
-                pass
+        for proc in (worker.proc, worker.judge):
+            if proc is None:
+                continue
+            kill_group(proc)
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe:
+                    try:
+                        pipe.close()
+                    except OSError:
+                        pass
         if not self.keep_scratch:
             shutil.rmtree(worker.scratch, ignore_errors=True)
 
@@ -273,7 +304,8 @@ class WorkerPool:
         result_path = worker.scratch / "result.json"
         job_path = worker.scratch / "job.json"
         job = dataclasses.replace(job, result_path=result_path, scratch_dir=worker.scratch / "work",
-                                  reply_token=secrets.token_hex(16))
+                                  reply_token=secrets.token_hex(16),
+                                  witness_path=worker.scratch / "witness.bin" if self.judge_command else None)
         job_path.write_text(job.to_json())
         with self._lock:
             self._running = worker
@@ -308,6 +340,12 @@ class WorkerPool:
                                 stderr_tail=stderr_tail, waited_s=waited_s)
         if reply is not None and (reply.verdict is not None or reply.baseline is not None):
             verdict = reply.verdict or Verdict(Stage.TIMING, True, "baseline measured", VerdictDetails())
+            if reply.verdict is not None and self.judge_command and needs_judge(verdict):
+                judging = time.monotonic()
+                report, why = self._judge(worker, job)
+                verdict = judged_verdict(verdict, report, job.settings.seed, job.settings.correctness_trials, why)
+                verdict.details.environment.stage_seconds["judge"] = round(time.monotonic() - judging, 4)
+                seconds = time.monotonic() - handed
             return WorkerResult(verdict, worker.pid, seconds, returncode, False, stderr_tail=stderr_tail,
                                 waited_s=waited_s, baseline=reply.baseline)
         if reply is not None:  # the reference task itself failed: the user's problem, not a crash
@@ -320,6 +358,28 @@ class WorkerPool:
         return WorkerResult(crash_verdict(reason, stderr_tail), worker.pid, seconds, returncode, True,
                             stderr_tail=stderr_tail, waited_s=waited_s)
 
+    def _judge(self, worker: _Worker, job: WorkerJob) -> tuple[Optional[JudgeReport], str]:
+        """The judge's report on the ended worker's witness, or None and why there is none."""
+        judge = worker.judge
+        if judge is None:
+            return None, "it could not be started"
+        if judge.poll() is not None:
+            return None, f"it exited with code {judge.returncode} before judging"
+        line = json.dumps({"task_source": job.task_source, "seed": job.settings.seed,
+                           "witness": str(job.witness_path)}) + "\n"
+        try:
+            out, _ = judge.communicate(line.encode(), timeout=self.judge_timeout_s)
+        except subprocess.TimeoutExpired:
+            kill_group(judge)
+            return None, f"it did not finish within {self.judge_timeout_s:g} s"
+        except OSError as exc:
+            return None, f"it could not be reached ({exc})"
+        report = JudgeReport.parse(out[:REPORT_LIMIT_BYTES].decode("utf-8", errors="replace"))
+        if report is None:
+            tail = tail_text(worker.scratch / "judge-stderr.log", lines=2).replace("\n", " | ")
+            return None, f"it exited with code {judge.returncode} without a report" + (f": {tail}" if tail else "")
+        return report, ""
+
     def close(self) -> None:
         """Kill the spare and any running worker; remove scratch directories."""
         with self._lock:
@@ -330,6 +390,8 @@ class WorkerPool:
             self._discard(spare)
         if running is not None:
             kill_group(running.proc)
+            if running.judge is not None:
+                kill_group(running.judge)
         if self._own_root and not self.keep_scratch:
             shutil.rmtree(self.scratch_root, ignore_errors=True)
 

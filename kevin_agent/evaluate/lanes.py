@@ -136,8 +136,10 @@ def worker_confinement(mode: str, cache_dir: Path) -> Confine:
     protect = protected_paths()
 
     def confine(job_dir: Path, command: Sequence[str]) -> list[str]:
+        """The worker's or the judge's command (``python -m MODULE``), confined."""
         policy = startup_policy(job_dir, cache_dir, extra_write=caches, protect=protect)
-        return launch_command(policy, ["kevin_agent.evaluate.worker"], mode, module=True)
+        module = command[list(command).index("-m") + 1] if "-m" in command else "kevin_agent.evaluate.worker"
+        return launch_command(policy, [module], mode, module=True)
 
     return confine
 

@@ -104,6 +104,7 @@ class WorkerJob:
     build_entries: tuple[str, ...] = ()  # the cache entries of the candidate's extensions (readable)
     protect: tuple[str, ...] = ()  # folders confined candidate code must never see (the repository)
     reply_token: str = ""  # drawn by the parent per job; a reply without it is not the worker's own
+    witness_path: Optional[Path] = None  # where the worker writes checked calls' outputs for the judge
 
     def to_json(self) -> str:
         return json.dumps({
@@ -114,6 +115,7 @@ class WorkerJob:
             "baseline": self.baseline.to_dict() if self.baseline else None,
             "measure_baseline": self.measure_baseline, "build_entries": list(self.build_entries),
             "protect": list(self.protect), "reply_token": self.reply_token,
+            "witness_path": str(self.witness_path) if self.witness_path else None,
         })
 
     @classmethod
@@ -140,7 +142,8 @@ class WorkerJob:
         return cls(raw["task_source"], raw["candidate_source"], Path(raw["result_path"]), settings,
                    Path(cache) if cache else None, Path(scratch) if scratch else None, baseline,
                    bool(raw.get("measure_baseline")), tuple(raw.get("build_entries") or ()),
-                   tuple(raw.get("protect") or ()), str(raw.get("reply_token") or ""))
+                   tuple(raw.get("protect") or ()), str(raw.get("reply_token") or ""),
+                   Path(raw["witness_path"]) if raw.get("witness_path") else None)
 
 
 @dataclass

@@ -44,6 +44,7 @@ class Context:
     extensions: list[Any] = field(default_factory=list)  # BuildResults of the candidate's load_inline calls
     provenance: Any = None  # the accepted ProvenanceResult (its kernel table goes into the feedback)
     settings_at_start: Any = None  # a private copy of ``settings``: a candidate must not change them
+    witness: Any = None  # the judge_wire.WitnessWriter of this job (None: no judge outside the process)
 
     def __post_init__(self) -> None:
         import copy
@@ -81,12 +82,14 @@ class Context:
         self.seed_all(self.settings.seed + TIMING_SEED_OFFSET)
         return make_inputs(task.get_inputs, self.device)
 
-    def unpredictable_inputs(self, task: Any) -> Any:
-        """One input set from a seed drawn with os.urandom (the candidate cannot know it)."""
+    def unpredictable_inputs(self, task: Any) -> tuple[int, Any]:
+        """(seed, one input set from it): the seed drawn with os.urandom (the candidate cannot
+        know it ahead), kept so the judge outside the process can make the same set."""
         import os
 
-        self.seed_all(int.from_bytes(os.urandom(8), "little") >> 1)
-        return make_inputs(task.get_inputs, self.device)
+        seed = int.from_bytes(os.urandom(8), "little") >> 1
+        self.seed_all(seed)
+        return seed, make_inputs(task.get_inputs, self.device)
 
 
 def environment_details(device: Any) -> VerdictDetails:

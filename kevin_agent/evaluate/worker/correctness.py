@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kevin_agent.evaluate.judgement import trial_seed as trial_seed  # the parent checks the judge by these seeds
 from kevin_agent.evaluate.worker.guards import changed_inputs, snapshot
 
 FP32_TOLERANCE = 1e-4
@@ -55,11 +56,6 @@ def tolerance_for(dtype: Any) -> tuple[float, float]:
     if name.startswith("float8") or name in ("float16", "half", "bfloat16", "complex32"):
         return LOW_PRECISION_TOLERANCE, LOW_PRECISION_TOLERANCE
     return FP32_TOLERANCE, FP32_TOLERANCE
-
-
-def trial_seed(base_seed: int, trial: int) -> int:
-    """A different seed per correctness trial (never the construction seed)."""
-    return base_seed + 1 + trial
 
 
 @dataclass
@@ -422,15 +418,17 @@ class CorrectnessHarness:
     poison: Callable[[], Any]
     check_patched: Callable[[], str | None] = lambda: None
     reference64: Callable[[Any], Any] | None = None  # inputs -> the reference's float64 output (gate 2)
+    witness: Callable[[int, str, list[Any]], None] | None = None  # (seed, label, output leaves) for the judge
 
 
 def run_correctness(h: CorrectnessHarness, trials: int, base_seed: int) -> CorrectnessResult:
     """Run ``trials`` trials; stop at the first failing one. Candidate exceptions propagate."""
     result = CorrectnessResult(ok=True, message="", trials_passed=0, trials_total=trials)
     for trial in range(trials):
-        h.seed_all(trial_seed(base_seed, trial))
+        seed = trial_seed(base_seed, trial)
+        h.seed_all(seed)
         inputs = make_inputs(h.get_inputs, h.device)
-        problems = _one_trial(h, inputs, trial, trials, result)
+        problems = _one_trial(h, inputs, (trial, seed), trials, result)
         patched = h.check_patched()
         if patched:
             problems.insert(0, patched)
@@ -463,11 +461,13 @@ def _run_candidate(h: CorrectnessHarness, inputs: Any) -> tuple[Any, list[str]]:
 
 
 def _one_trial(
-    h: CorrectnessHarness, inputs: Any, trial: int, trials: int, result: CorrectnessResult
+    h: CorrectnessHarness, inputs: Any, trial_and_seed: tuple[int, int], trials: int, result: CorrectnessResult
 ) -> list[str]:
-    """Candidate, reference, candidate again; the problems found (empty when all matched)."""
+    """Candidate, reference, candidate again; the problems found (empty when all matched). Both
+    candidate runs' outputs go to the witness (the judge outside the process checks them again)."""
     import torch
 
+    trial, seed = trial_and_seed
     with torch.no_grad():
         try:
             first, first_changed = _run_candidate(h, inputs)
@@ -482,6 +482,9 @@ def _one_trial(
         except RefusedOutput as refused:
             return [f"{refused} ({trial_label(trial, trials, 'second')})"]
     runs = (("first", first, first_changed), ("second", second, second_changed))
+    if h.witness is not None:
+        for run, got, _ in runs:
+            h.witness(seed, trial_label(trial, trials, run), flatten_outputs(got))
     for run, _, changed in runs:
         changed = [name for name in changed if name not in reference_changed]
         if changed:

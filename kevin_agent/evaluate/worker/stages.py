@@ -24,6 +24,7 @@ from kevin_agent.evaluate.worker.correctness import (
     Fp64Reference,
     RefusedOutput,
     check_outputs,
+    flatten_outputs,
     keep_output,
     make_inputs,
     refill_inputs,
@@ -58,10 +59,15 @@ def evaluate_job(job: WorkerJob, cache_dir: Path, captured: CapturedReferences, 
                  stream: Any) -> WorkerReply:
     """The job's reply. Raises TaskProblem when the reference itself fails."""
     scratch = Path(job.scratch_dir or tempfile.mkdtemp(prefix="kevin-worker-"))
+    ctx: Context | None = None
     try:
         clock = Clock.from_captured(captured, stream, device_cycles_per_ms(device))
         ctx = Context(captured, clock, device, job.settings, environment_details(device), scratch / "candidate.py",
                       make_flush(device))
+        if job.witness_path is not None and not job.measure_baseline:
+            from kevin_agent.evaluate.judge_wire import WitnessWriter
+
+            ctx.witness = WitnessWriter(job.witness_path)  # opened before any candidate code
         with ctx.stage("reference"):
             peaks = None if job.measure_baseline else _peaks(cache_dir, ctx)  # before candidate code runs
             task, reference, init_inputs = load_reference(job.task_source, scratch, ctx)
@@ -76,6 +82,8 @@ def evaluate_job(job: WorkerJob, cache_dir: Path, captured: CapturedReferences, 
         verdict.details.timing.baseline_cached = job.baseline is not None
         return WorkerReply(verdict=verdict)
     finally:
+        if ctx is not None and ctx.witness is not None:
+            ctx.witness.close()
         if job.scratch_dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
 
@@ -223,6 +231,7 @@ def _correctness(ctx: Context, task: Any, reference: Any, candidate: Any) -> Ver
         reference=reference, candidate=candidate, get_inputs=task.get_inputs, device=ctx.device,
         seed_all=ctx.seed_all, synchronize=ctx.clock.synchronize, poison=ctx.poison,
         check_patched=ctx.patched, reference64=Fp64Reference(reference),
+        witness=ctx.witness.record if ctx.witness is not None else None,
     )
     trials = max(1, ctx.settings.correctness_trials)
     try:
@@ -248,9 +257,10 @@ def timing_rotation(ctx: Context, task: Any) -> Rotation:
     staging buffers; outputs sampled at random after each call returns (issue 19)."""
     import random
 
-    pool = [tuple(ctx.unpredictable_inputs(task)) for _ in range(TIMING_POOL_SETS)]
+    seeded = [ctx.unpredictable_inputs(task) for _ in range(TIMING_POOL_SETS)]
+    pool = [tuple(inputs) for _, inputs in seeded]
     return Rotation(pool, snapshot(pool[0]), refill_inputs, keep_output, random.SystemRandom().random,
-                    settle=ctx.clock.synchronize)
+                    settle=ctx.clock.synchronize, seeds=[seed for seed, _ in seeded])
 
 
 def _timed_problems(ctx: Context, reference: Any, rotation: Rotation) -> list[str]:
@@ -260,7 +270,10 @@ def _timed_problems(ctx: Context, reference: Any, rotation: Rotation) -> list[st
                                  reference64=Fp64Reference(reference))
     problems: list[str] = []
     for index, got in rotation.kept:
-        problems += check_outputs(harness, rotation.pool[index], got, f"a timed call, input set {index + 1}")
+        where = f"a timed call, input set {index + 1}"
+        if ctx.witness is not None and index < len(rotation.seeds):
+            ctx.witness.record(rotation.seeds[index], where, flatten_outputs(got))
+        problems += check_outputs(harness, rotation.pool[index], got, where)
     return problems
 
 

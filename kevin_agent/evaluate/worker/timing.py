@@ -183,6 +183,7 @@ class Rotation:
     limit: int = TIMED_SAMPLES
     settle: Callable[[], None] = lambda: None  # whole-device synchronize: work left on other streams ends
     kept: list[tuple[int, Any]] = field(default_factory=list)  # (pool index, output copy)
+    seeds: list[int] = field(default_factory=list)  # the seed each pool set was made from (for the judge)
     calls: int = 0
 
     def next_args(self) -> tuple[int, Any]:

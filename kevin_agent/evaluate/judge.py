@@ -1,0 +1,130 @@
+"""The judge process: the candidate's outputs against a reference the candidate cannot reach (issue 19).
+
+``python -m kevin_agent.evaluate.judge``: started beside a GPU worker, before any candidate code
+exists (a spare: torch imported, its own CUDA context). After the worker has ended, the parent
+writes one JSON line on its stdin (the task's source, the settings' seed, the witness file); the
+judge loads the reference itself, and for every call in the witness makes the inputs from that
+call's seed, runs the reference (and, where gate 1 fails by tolerance only, its float64 run) and
+compares with its own tolerances (``worker.correctness.check_outputs``). Its report
+(``judgement.JudgeReport``) is one JSON line on its stdout, a pipe only the parent holds; what the
+task's code prints goes to stderr. torch and the standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def _drop_working_folder() -> None:
+    """Its working folder lies in the job folder, which candidate code may write: a module planted
+    there must never be imported by a later lazy import (``python -m`` puts the folder first)."""
+    here = os.path.realpath(os.getcwd())
+    sys.path[:] = [p for p in sys.path if p and os.path.realpath(p) != here]
+
+
+_drop_working_folder()
+
+import json  # noqa: E402 - after the path is cleaned
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, TextIO  # noqa: E402
+
+from kevin_agent.evaluate.judgement import CheckedCall, JudgeReport  # noqa: E402
+
+
+def main() -> int:
+    report_out: TextIO = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # whatever the task's code prints goes to stderr, never into the report
+    import torch
+
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.init()
+        torch.empty(1, device=device)  # the context now, while this judge is a spare
+    import kevin_agent.evaluate.judge_wire  # what judging needs, imported before any candidate exists
+    import kevin_agent.evaluate.worker.correctness
+    import kevin_agent.evaluate.worker.loader  # noqa: F401
+
+    line = sys.stdin.readline()
+    report = judge(line, device)
+    report_out.write(report.to_json() + "\n")
+    report_out.flush()
+    return 0
+
+
+def judge(line: str, device: Any) -> JudgeReport:
+    """The report for one judge job (a JSON line: ``task_source``, ``seed``, ``witness``)."""
+    try:
+        job = json.loads(line)
+        source, seed, witness = job["task_source"], job["seed"], Path(job["witness"])
+        if not isinstance(source, str) or type(seed) is not int:
+            raise TypeError("task_source and seed")
+    except (ValueError, TypeError, KeyError) as exc:
+        return JudgeReport(error=f"the judge's job is malformed ({type(exc).__name__}: {exc})")
+    try:
+        task, reference = _load_reference(source, seed, device)
+    except Exception as exc:  # the task fails here though it ran in the worker
+        return JudgeReport(error=f"the reference failed in the judge ({type(exc).__name__}: {str(exc)[:300]})")
+    return _check_witness(task, reference, witness, device)
+
+
+def _seed_all(seed: int) -> None:
+    import torch
+
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed(seed)
+
+
+def _load_reference(source: str, seed: int, device: Any) -> tuple[Any, Any]:
+    """As the worker loads it (``worker.context.load_reference``), so the weights are the same."""
+    from kevin_agent.evaluate.worker.correctness import to_device
+    from kevin_agent.evaluate.worker.guards import snapshot
+    from kevin_agent.evaluate.worker.loader import load_module_from_file
+
+    folder = Path(tempfile.mkdtemp(prefix="judge-"))
+    task = load_module_from_file(source, folder / "reference_task.py", "kevin_judge_task")
+    _seed_all(seed)
+    init_inputs = to_device(list(task.get_init_inputs()), device)
+    _seed_all(seed)
+    return task, task.Model(*snapshot(init_inputs)).to(device)
+
+
+def _check_witness(task: Any, reference: Any, witness: Path, device: Any) -> JudgeReport:
+    import torch
+
+    from kevin_agent.evaluate.judge_wire import BadWitness, open_witness, read_calls
+    from kevin_agent.evaluate.worker.correctness import (
+        CorrectnessHarness,
+        Fp64Reference,
+        check_outputs,
+        make_inputs,
+        to_device,
+    )
+
+    def synchronize() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    harness = CorrectnessHarness(reference=reference, candidate=list, get_inputs=list, device=device,
+                                 seed_all=_seed_all, synchronize=synchronize, poison=lambda: 0,
+                                 reference64=Fp64Reference(reference))
+    report = JudgeReport()
+    try:
+        with open_witness(witness) as handle:
+            for call in read_calls(handle):
+                _seed_all(call.seed)
+                inputs = make_inputs(task.get_inputs, device)
+                got = [to_device(leaf, device) for leaf in call.leaves]
+                problems = check_outputs(harness, inputs, got, call.label)
+                report.checked.append(CheckedCall(call.seed, call.label, problems[0] if problems else None))
+    except (OSError, BadWitness) as exc:
+        report.error = f"the witness of your outputs is unreadable: {exc}"
+    except Exception as exc:  # the reference failing on an input set it ran on in the worker
+        report.error = f"the judge's reference run failed ({type(exc).__name__}: {str(exc)[:300]})"
+    return report
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,248 @@
+"""Issue 19: the judge outside the candidate's process, on the CPU with the real judge process.
+
+A stand-in worker (tests/workers/witness_standin.py) always claims a passing verdict, as candidate
+code that tampered with the worker's in-process checks would; only the witness it writes differs.
+The real judge (``python -m kevin_agent.evaluate.judge``) then decides: each attack has its
+control (the same stand-in, honest), so the judge is shown to be what stops it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kevin_agent.data import Stage, Verdict, VerdictDetails
+from kevin_agent.evaluate.api import EvalSettings
+from kevin_agent.evaluate.isolation import DEFAULT_JUDGE_COMMAND, WorkerPool
+from kevin_agent.evaluate.judge_wire import MAGIC, BadWitness, WitnessWriter, open_witness, read_calls
+from kevin_agent.evaluate.judgement import CheckedCall, JudgeReport, judged_verdict
+from kevin_agent.evaluate.protocol import WorkerJob
+from kevin_agent.evaluate.worker import correctness
+from kevin_agent.evaluate.worker.correctness import CorrectnessHarness, make_inputs, run_correctness
+
+STANDIN = Path(__file__).parent / "workers" / "witness_standin.py"
+TASK = """
+import torch
+
+class Model(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(n, n))
+
+    def forward(self, x):
+        return x @ self.weight
+
+def get_inputs():
+    return [torch.randn(8, 16)]
+
+def get_init_inputs():
+    return [16]
+"""
+
+
+def standin_pool(tmp_path: Path) -> WorkerPool:
+    return WorkerPool([sys.executable, str(STANDIN)], scratch_root=tmp_path / "scratch", spares=0,
+                      run_timeout_s=120.0, start_timeout_s=120.0, judge_command=DEFAULT_JUDGE_COMMAND,
+                      judge_timeout_s=120.0)
+
+
+def run_standin(tmp_path: Path, mode: str, trials: int = 3) -> Verdict:
+    settings = EvalSettings(seed=7, correctness_trials=trials)
+    with standin_pool(tmp_path) as pool:
+        return pool.run(WorkerJob(TASK, mode, Path("unset"), settings=settings)).verdict
+
+
+def test_an_honest_witness_is_confirmed_by_the_judge(tmp_path: Path) -> None:
+    verdict = run_standin(tmp_path, "honest")
+    assert verdict.passed and verdict.stage == Stage.TIMING, verdict.message
+    assert verdict.details.correctness.judged_calls == 8  # 3 trials x 2 runs + 2 runs of a timed set
+    assert verdict.details.environment.stage_seconds["judge"] >= 0
+
+
+def test_outputs_the_judge_finds_wrong_fail_though_the_worker_said_correct(tmp_path: Path) -> None:
+    verdict = run_standin(tmp_path, "wrong")
+    assert not verdict.passed and verdict.stage == Stage.CORRECTNESS
+    assert "judged outside your process" in verdict.message and "elements differ" in verdict.message
+
+
+@pytest.mark.parametrize(("mode", "words"), [
+    ("partial", "did not receive the outputs of trial 2"),
+    ("none", "witness of your outputs is unreadable"),
+    ("link", "witness of your outputs is unreadable"),
+    ("lie", "claims 4294967296 bytes, more than the witness holds"),
+])
+def test_a_missing_short_or_forged_witness_earns_nothing(tmp_path: Path, mode: str, words: str) -> None:
+    verdict = run_standin(tmp_path, mode)
+    assert not verdict.passed and verdict.stage == Stage.CORRECTNESS
+    assert words in verdict.message
+
+
+def test_a_judge_that_cannot_start_fails_closed(tmp_path: Path) -> None:
+    with WorkerPool([sys.executable, str(STANDIN)], scratch_root=tmp_path / "s", spares=0,
+                    judge_command=[sys.executable, "-c", "import sys; sys.exit(5)"]) as pool:
+        verdict = pool.run(WorkerJob(TASK, "honest", Path("unset"), settings=EvalSettings(seed=7))).verdict
+    assert not verdict.passed and "could not check your outputs" in verdict.message
+
+
+def test_the_judge_does_not_import_from_its_working_folder(tmp_path: Path) -> None:
+    """Its working folder lies in the job folder, which candidate code may write."""
+    folder = tmp_path / "judge"
+    folder.mkdir()
+    (folder / "kevin_planted.py").write_text("PLANTED = True\n")
+    task = TASK + "\nimport kevin_planted\n"
+    (tmp_path / "witness.bin").write_bytes(MAGIC)
+    line = json.dumps({"task_source": task, "seed": 1, "witness": str(tmp_path / "witness.bin")})
+    done = subprocess.run(DEFAULT_JUDGE_COMMAND, input=line, capture_output=True, text=True, cwd=folder,
+                          timeout=300, check=True)
+    report = JudgeReport.parse(done.stdout)
+    assert report is not None and report.error and "kevin_planted" in report.error
+    control = subprocess.run([sys.executable, "-c", "import kevin_planted"], cwd=folder, capture_output=True)
+    assert control.returncode == 0  # without the judge's cleaning, the folder's module is imported
+
+
+def test_tampering_with_the_in_process_checker_does_not_reach_the_judge(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a candidate's Python can do inside the worker (loosen a tolerance) passes the worker's
+    own correctness run; the judge, another process, still finds the wrong outputs."""
+    namespace: dict[str, object] = {}
+    exec(compile(TASK, "task.py", "exec"), namespace)
+    torch.manual_seed(7)
+    reference = namespace["Model"](16)  # type: ignore[operator]
+    wrong = lambda x: reference(x) + 0.05  # noqa: E731
+    witness = WitnessWriter(tmp_path / "witness.bin")
+    harness = CorrectnessHarness(reference=reference, candidate=wrong, get_inputs=namespace["get_inputs"],  # type: ignore[arg-type]
+                                 device="cpu", seed_all=torch.manual_seed, synchronize=lambda: None,
+                                 poison=lambda: 0, witness=witness.record)
+    monkeypatch.setattr(correctness, "tolerance_for", lambda dtype: (1.0, 1.0))  # the candidate's patch
+    assert run_correctness(harness, trials=2, base_seed=7).ok  # control: in-process, the patch works
+    witness.close()
+    line = json.dumps({"task_source": TASK, "seed": 7, "witness": str(tmp_path / "witness.bin")})
+    done = subprocess.run(DEFAULT_JUDGE_COMMAND, input=line, capture_output=True, text=True, cwd=tmp_path,
+                          timeout=300, check=True)
+    report = JudgeReport.parse(done.stdout)
+    assert report is not None and report.error is None and len(report.checked) == 4
+    assert all(c.problem and "elements differ" in c.problem for c in report.checked)
+
+
+def test_inputs_made_from_a_seed_are_the_same_in_another_process() -> None:
+    """The judge relies on it: the worker and the judge make each checked call's inputs apart."""
+    code = ("import torch; from kevin_agent.evaluate.worker.correctness import make_inputs; torch.manual_seed(11); "
+            "print(make_inputs(lambda: [torch.randn(3, 3)], 'cpu')[0].sum().item())")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    torch.manual_seed(11)
+    here = make_inputs(lambda: [torch.randn(3, 3)], "cpu")[0].sum().item()
+    assert float(other.stdout.strip()) == here
+
+
+# -- the witness format, read as hostile input ---------------------------------------------------------
+def written(*calls: tuple[int, str, list]) -> io.BytesIO:
+    buffer = io.BytesIO()
+    buffer.write(MAGIC)
+    from kevin_agent.evaluate.judge_wire import write_call
+
+    for seed, label, leaves in calls:
+        write_call(buffer, seed, label, leaves)
+    buffer.seek(0)
+    return buffer
+
+
+def read_all(buffer: io.BytesIO, tmp_path: Path) -> list:
+    path = tmp_path / "w.bin"
+    path.write_bytes(buffer.getvalue())
+    with open_witness(path) as handle:
+        return list(read_calls(handle))
+
+
+def test_witness_round_trip_keeps_every_kind_of_output(tmp_path: Path) -> None:
+    leaves = [torch.randn(3, 4), torch.arange(5), torch.tensor([True, False]), torch.tensor(2.5, dtype=torch.float64),
+              torch.empty(0, 3), torch.randn(2, 2).to(torch.bfloat16), 3, 0.25, None, complex(1, -2)]
+    calls = read_all(written((5, "trial 1", leaves), (6, "timed", [torch.ones(2)])), tmp_path)
+    assert [(c.seed, c.label) for c in calls] == [(5, "trial 1"), (6, "timed")]
+    for got, want in zip(calls[0].leaves, leaves, strict=True):
+        if isinstance(want, torch.Tensor):
+            assert got.dtype == want.dtype and torch.equal(got, want)
+        else:
+            assert got == want
+
+
+def header(body: dict | bytes, size: int | None = None) -> bytes:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return (len(raw) if size is None else size).to_bytes(4, "big") + raw
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    (b"NOT-A-WITNESS\n", "marker"),
+    (MAGIC + header(b"{}", size=0), "header is 0 bytes"),
+    (MAGIC + header(b"{}", size=10 * 1024 * 1024), "header is 10485760 bytes"),
+    (MAGIC + header(b"not json"), "does not parse"),
+    (MAGIC + header({"seed": "7", "label": "x", "leaves": []}), "integer seed"),
+    (MAGIC + header({"seed": 7, "label": "x", "leaves": [{"dtype": "object", "shape": [1]}]}), "known dtypes"),
+    (MAGIC + header({"seed": 7, "label": "x", "leaves": [{"dtype": "torch.float32", "shape": [1]}]}), "known dtypes"),
+    (MAGIC + header({"seed": 7, "label": "x", "leaves": [{"dtype": "float32", "shape": [-1]}]}), "short list"),
+    (MAGIC + header({"seed": 7, "label": "x", "leaves": [{"dtype": "float32", "shape": [1 << 40]}]}), "more than"),
+    (MAGIC + header({"seed": 7, "label": "x", "leaves": [{"scalar": [1, 2]}]}), "plain number"),
+    (MAGIC + header({"seed": 7, "label": "x", "leaves": [{"dtype": "float32", "shape": [1]}] * 300}), "300 outputs"),
+    (MAGIC + header({"seed": 7, "label": "x", "leaves": []}) * 65, "more than 64 calls"),
+])
+def test_a_malformed_witness_is_refused_with_what_is_wrong(tmp_path: Path, content: bytes, words: str) -> None:
+    with pytest.raises(BadWitness, match=words):
+        read_all(io.BytesIO(content), tmp_path)
+
+
+def test_a_witness_that_is_a_link_or_a_fifo_is_never_followed(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_bytes(MAGIC)
+    (tmp_path / "link").symlink_to(secret)
+    with pytest.raises(OSError):
+        open_witness(tmp_path / "link")
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(BadWitness, match="not a regular file"):
+        open_witness(tmp_path / "fifo")
+
+
+# -- the parent's rules ---------------------------------------------------------------------------------
+def passed(stage: Stage = Stage.TIMING) -> Verdict:
+    return Verdict(stage, True, "Your answer was correct", VerdictDetails())
+
+
+def calls(seeds: list[int], runs: int = 2) -> JudgeReport:
+    return JudgeReport([CheckedCall(s, f"run {r}") for s in seeds for r in range(runs)])
+
+
+def test_the_judge_must_confirm_two_runs_of_every_trial_and_a_timed_call() -> None:
+    # seeds of trials 1..3 with base seed 10 are 11, 12, 13 (fixed numbers, not the module's formula)
+    assert judged_verdict(passed(), calls([11, 12, 13, 99]), 10, 3).passed
+    assert judged_verdict(passed(Stage.PROVENANCE), calls([11, 12, 13]), 10, 3).passed  # untimed: no timed call
+    broke_in_timing = Verdict(Stage.TIMING, False, "raised while timed", VerdictDetails())
+    assert judged_verdict(broke_in_timing, calls([11, 12, 13]), 10, 3).message == "raised while timed"
+    for report, words in ((calls([11, 12, 99]), "trial 3 (0 of 2 runs)"),
+                          (calls([11, 12, 13, 99], runs=1), "trial 1 (1 of 2 runs)"),
+                          (calls([11, 12, 13]), "the sampled timed calls"),
+                          (None, "it did not report"),
+                          (JudgeReport(error="boom"), "(boom)")):
+        verdict = judged_verdict(passed(), report, 10, 3)
+        assert not verdict.passed and verdict.stage == Stage.CORRECTNESS and words in verdict.message
+
+
+def test_a_problem_the_judge_found_decides_and_a_failure_stands_as_it_was() -> None:
+    report = calls([11, 99])
+    report.checked[1].problem = "output 0: 3 of 8 elements differ"
+    verdict = judged_verdict(passed(), report, 10, 1)
+    assert not verdict.passed and "3 of 8 elements differ (judged outside your process)" in verdict.message
+    failed = Verdict(Stage.LOAD, False, "it crashed", VerdictDetails())
+    assert judged_verdict(failed, None, 10, 1) is failed
+
+
+def test_a_report_is_read_from_its_last_line_and_garbage_is_no_report() -> None:
+    good = JudgeReport([CheckedCall(3, "x", None)]).to_json()
+    assert JudgeReport.parse("noise\n" + good) == JudgeReport([CheckedCall(3, "x", None)])
+    assert JudgeReport.parse("noise\n[1, 2]\n") is None
+    assert JudgeReport.parse("") is None
+
