@@ -114,10 +114,12 @@ def run_meta() -> dict:
         return done.stdout.strip()
 
     dirty = " (with uncommitted changes)" if git("status", "--porcelain") else ""
+    stated = os.environ.get("KEVIN_SOURCE_COMMIT")  # a copied tree whose .git lags (the device tool)
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     load = f", load average {os.getloadavg()[0]:.1f} at the end" if hasattr(os, "getloadavg") else ""
     nvcc = toolchain(os.environ.get("TORCH_CUDA_ARCH_LIST")).nvcc_version
-    return {"commit": git("rev-parse", "--short", "HEAD") + dirty, "date": time.strftime("%Y-%m-%d"),
+    commit = f"{stated[:7]} (stated by KEVIN_SOURCE_COMMIT)" if stated else git("rev-parse", "--short", "HEAD") + dirty
+    return {"commit": commit, "date": time.strftime("%Y-%m-%d"),
             "command": "python bench/compile_bench.py " + " ".join(sys.argv[1:]),
             "host": f"{gpu}, {os.cpu_count()} CPU cores{load}, torch {torch.__version__}, nvcc {nvcc}, "
                     f"Python {platform.python_version()}"}

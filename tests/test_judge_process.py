@@ -21,7 +21,16 @@ import torch
 from kevin_agent.data import Stage, Verdict, VerdictDetails
 from kevin_agent.evaluate.api import EvalSettings
 from kevin_agent.evaluate.isolation import DEFAULT_JUDGE_COMMAND, WorkerPool
-from kevin_agent.evaluate.judge_wire import MAGIC, BadWitness, WitnessWriter, open_witness, read_calls
+from kevin_agent.evaluate.judge_wire import (
+    MAGIC,
+    BadWitness,
+    WitnessWriter,
+    open_witness,
+    read_calls,
+    read_witness,
+    same_leaves,
+    write_call,
+)
 from kevin_agent.evaluate.judgement import CheckedCall, JudgeReport, judged_verdict
 from kevin_agent.evaluate.protocol import WorkerJob
 from kevin_agent.evaluate.worker import correctness
@@ -97,8 +106,8 @@ def test_the_judge_does_not_import_from_its_working_folder(tmp_path: Path) -> No
     folder.mkdir()
     (folder / "kevin_planted.py").write_text("PLANTED = True\n")
     task = TASK + "\nimport kevin_planted\n"
-    (tmp_path / "witness.bin").write_bytes(MAGIC)
-    line = json.dumps({"task_source": task, "seed": 1, "witness": str(tmp_path / "witness.bin")})
+    (tmp_path / "witness").mkdir()
+    line = json.dumps({"task_source": task, "seed": 1, "witness": str(tmp_path / "witness")})
     done = subprocess.run(DEFAULT_JUDGE_COMMAND, input=line, capture_output=True, text=True, cwd=folder,
                           timeout=300, check=True)
     report = JudgeReport.parse(done.stdout)
@@ -116,14 +125,16 @@ def test_tampering_with_the_in_process_checker_does_not_reach_the_judge(tmp_path
     torch.manual_seed(7)
     reference = namespace["Model"](16)  # type: ignore[operator]
     wrong = lambda x: reference(x) + 0.05  # noqa: E731
-    witness = WitnessWriter(tmp_path / "witness.bin")
+    witness = WitnessWriter(tmp_path / "witness")
     harness = CorrectnessHarness(reference=reference, candidate=wrong, get_inputs=namespace["get_inputs"],  # type: ignore[arg-type]
                                  device="cpu", seed_all=torch.manual_seed, synchronize=lambda: None,
                                  poison=lambda: 0, witness=witness.record)
     monkeypatch.setattr(correctness, "tolerance_for", lambda dtype: (1.0, 1.0))  # the candidate's patch
     assert run_correctness(harness, trials=2, base_seed=7).ok  # control: in-process, the patch works
     witness.close()
-    line = json.dumps({"task_source": TASK, "seed": 7, "witness": str(tmp_path / "witness.bin")})
+    assert sorted(p.name for p in (tmp_path / "witness").iterdir()) == [f"call-00{i}.bin" for i in range(4)]
+    assert (tmp_path / "witness" / "call-001.bin").stat().st_size < 200  # the second run repeats the first
+    line = json.dumps({"task_source": TASK, "seed": 7, "witness": str(tmp_path / "witness")})
     done = subprocess.run(DEFAULT_JUDGE_COMMAND, input=line, capture_output=True, text=True, cwd=tmp_path,
                           timeout=300, check=True)
     report = JudgeReport.parse(done.stdout)
@@ -145,8 +156,6 @@ def test_inputs_made_from_a_seed_are_the_same_in_another_process() -> None:
 def written(*calls: tuple[int, str, list]) -> io.BytesIO:
     buffer = io.BytesIO()
     buffer.write(MAGIC)
-    from kevin_agent.evaluate.judge_wire import write_call
-
     for seed, label, leaves in calls:
         write_call(buffer, seed, label, leaves)
     buffer.seek(0)
@@ -246,3 +255,47 @@ def test_a_report_is_read_from_its_last_line_and_garbage_is_no_report() -> None:
     assert JudgeReport.parse("noise\n[1, 2]\n") is None
     assert JudgeReport.parse("") is None
 
+
+
+def test_one_file_per_call_and_a_repeat_carries_no_bytes(tmp_path: Path) -> None:
+    writer = WitnessWriter(tmp_path / "w")
+    first = [torch.randn(64, 64)]
+    writer.record(3, "first", first)
+    writer.record(3, "second", [first[0].clone()])  # bitwise equal: a repeat
+    writer.record(3, "third", [first[0] + 1])  # different: bytes again
+    writer.record(4, "other seed", [first[0] + 1])  # the same values for another seed: bytes again
+    calls = list(read_witness(tmp_path / "w"))
+    assert [(c.label, c.repeat) for c in calls] == [("first", False), ("second", True), ("third", False),
+                                                     ("other seed", False)]
+    assert torch.equal(calls[2].leaves[0], first[0] + 1)
+    assert not same_leaves([torch.zeros(2)], [torch.zeros(2, dtype=torch.float64)])
+    assert not same_leaves([1], [1.0]) and same_leaves([1, None], [1, None])
+
+
+def test_a_witness_folder_is_read_as_hostile_input(tmp_path: Path) -> None:
+    folder = tmp_path / "w"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("ignored")
+    (folder / "call-000.bin").write_bytes(written((1, "a", [torch.ones(2)]), (1, "b", [torch.ones(2)])).getvalue())
+    with pytest.raises(BadWitness, match="holds 2 calls, not one"):
+        list(read_witness(folder))
+    for index in range(65):
+        (folder / f"call-{index:03d}.bin").write_bytes(MAGIC)
+    with pytest.raises(BadWitness, match="more than 64 calls"):
+        list(read_witness(folder))
+    (tmp_path / "link").symlink_to(folder)
+    with pytest.raises(OSError):
+        list(read_witness(tmp_path / "link"))
+
+
+def test_a_repeat_with_nothing_before_it_is_refused_by_the_judge(tmp_path: Path) -> None:
+    folder = tmp_path / "w"
+    folder.mkdir()
+    with open(folder / "call-000.bin", "wb") as handle:
+        handle.write(MAGIC)
+        write_call(handle, 8, "claims a repeat", [], repeat=True)
+    line = json.dumps({"task_source": TASK, "seed": 7, "witness": str(folder)})
+    done = subprocess.run(DEFAULT_JUDGE_COMMAND, input=line, capture_output=True, text=True, cwd=tmp_path,
+                          timeout=300, check=True)
+    report = JudgeReport.parse(done.stdout)
+    assert report is not None and report.error and "follows no call of its seed" in report.error

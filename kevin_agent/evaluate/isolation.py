@@ -305,7 +305,7 @@ class WorkerPool:
         job_path = worker.scratch / "job.json"
         job = dataclasses.replace(job, result_path=result_path, scratch_dir=worker.scratch / "work",
                                   reply_token=secrets.token_hex(16),
-                                  witness_path=worker.scratch / "witness.bin" if self.judge_command else None)
+                                  witness_path=worker.scratch / "witness" if self.judge_command else None)
         job_path.write_text(job.to_json())
         with self._lock:
             self._running = worker

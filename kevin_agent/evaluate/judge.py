@@ -94,7 +94,7 @@ def _load_reference(source: str, seed: int, device: Any) -> tuple[Any, Any]:
 def _check_witness(task: Any, reference: Any, witness: Path, device: Any) -> JudgeReport:
     import torch
 
-    from kevin_agent.evaluate.judge_wire import BadWitness, open_witness, read_calls
+    from kevin_agent.evaluate.judge_wire import BadWitness, read_witness
     from kevin_agent.evaluate.worker.correctness import (
         CorrectnessHarness,
         Fp64Reference,
@@ -112,13 +112,17 @@ def _check_witness(task: Any, reference: Any, witness: Path, device: Any) -> Jud
                                  reference64=Fp64Reference(reference))
     report = JudgeReport()
     try:
-        with open_witness(witness) as handle:
-            for call in read_calls(handle):
-                _seed_all(call.seed)
-                inputs = make_inputs(task.get_inputs, device)
-                got = [to_device(leaf, device) for leaf in call.leaves]
-                problems = check_outputs(harness, inputs, got, call.label)
-                report.checked.append(CheckedCall(call.seed, call.label, problems[0] if problems else None))
+        for call in read_witness(witness):
+            if call.repeat:  # the previous call's outputs again: the same comparison, the same outcome
+                if not report.checked or report.checked[-1].seed != call.seed:
+                    raise BadWitness("a repeated call follows no call of its seed")
+                report.checked.append(CheckedCall(call.seed, call.label, report.checked[-1].problem))
+                continue
+            _seed_all(call.seed)
+            inputs = make_inputs(task.get_inputs, device)
+            got = [to_device(leaf, device) for leaf in call.leaves]
+            problems = check_outputs(harness, inputs, got, call.label)
+            report.checked.append(CheckedCall(call.seed, call.label, problems[0] if problems else None))
     except (OSError, BadWitness) as exc:
         report.error = f"the witness of your outputs is unreadable: {exc}"
     except Exception as exc:  # the reference failing on an input set it ran on in the worker

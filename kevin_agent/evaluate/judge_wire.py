@@ -6,7 +6,11 @@ per call (seed, label, and per output leaf a dtype from a fixed list and a shape
 scalar) followed by the tensors' raw bytes, every size checked against the file before anything
 is allocated. torch (imported lazily) and the standard library only.
 
-Layout: ``MAGIC``, then per call a 4-byte big-endian header length, the header, the bytes.
+Layout: a folder of one file per call (``call-NNN.bin``, so no file outgrows the sandbox's
+per-file limit), each ``MAGIC``, a 4-byte big-endian header length, the header, the bytes. A run
+whose outputs equal the previous call's (the second run of a correctness trial, usually) is a
+header that says ``repeat`` and no bytes: a claim no weaker than the bytes, both being written by
+the candidate's process.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import io
 import json
 import math
 import os
+import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -43,6 +48,7 @@ class WitnessCall:
     seed: int
     label: str
     leaves: list[Any]  # CPU tensors and plain scalars, in ``flatten_outputs`` order
+    repeat: bool = False  # the same outputs as the previous call (no leaves)
 
 
 def _dtype(name: str) -> Any:
@@ -63,10 +69,15 @@ def _leaf_header(leaf: Any) -> dict[str, Any]:
     return {"scalar": leaf}
 
 
-def write_call(handle: IO[bytes], seed: int, label: str, leaves: list[Any]) -> None:
-    """Append one call: its header, then each tensor leaf's bytes (copied to the host, contiguous)."""
+def write_call(handle: IO[bytes], seed: int, label: str, leaves: list[Any], repeat: bool = False) -> None:
+    """Append one call: its header, then each tensor leaf's bytes (copied to the host, contiguous);
+    a ``repeat`` is its header alone."""
     import torch
 
+    if repeat:
+        header = json.dumps({"seed": seed, "label": label, "leaves": [], "repeat": True}).encode()
+        handle.write(len(header).to_bytes(4, "big") + header)
+        return
     header = json.dumps({"seed": seed, "label": label, "leaves": [_leaf_header(x) for x in leaves]}).encode()
     handle.write(len(header).to_bytes(4, "big") + header)
     for leaf in leaves:
@@ -75,10 +86,10 @@ def write_call(handle: IO[bytes], seed: int, label: str, leaves: list[Any]) -> N
             handle.write((ctypes.c_char * (host.numel() * host.element_size())).from_address(host.data_ptr()))
 
 
-def open_witness(path: Path) -> io.BufferedIOBase:
-    """The witness at ``path`` for reading, never through a link and never a FIFO or device (the
-    folder is one candidate code could write)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+def open_witness(path: Path | str, dir_fd: int | None = None) -> io.BufferedIOBase:
+    """The witness file at ``path`` for reading, never through a link and never a FIFO or device
+    (the folder is one candidate code could write)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise BadWitness("the witness is not a regular file")
@@ -99,6 +110,28 @@ def read_calls(handle: io.BufferedIOBase) -> Iterator[WitnessCall]:
         yield _read_call(handle, int.from_bytes(raw.rjust(4, b"\0"), "big"), size)
 
 
+CALL_FILE = re.compile(r"call-\d{3}\.bin")
+
+
+def read_witness(folder: Path) -> Iterator[WitnessCall]:
+    """Every call in a witness folder, in order (one per ``call-NNN.bin``; other names ignored),
+    the folder never through a link (BadWitness or OSError at the first thing wrong)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        with os.scandir(fd) as entries:
+            names = sorted(e.name for e in entries if CALL_FILE.fullmatch(e.name))
+        if len(names) > MAX_CALLS:
+            raise BadWitness(f"the witness holds more than {MAX_CALLS} calls")
+        for name in names:
+            with open_witness(name, dir_fd=fd) as handle:
+                calls = list(read_calls(handle))
+            if len(calls) != 1:
+                raise BadWitness(f"{name} holds {len(calls)} calls, not one")
+            yield calls[0]
+    finally:
+        os.close(fd)
+
+
 def _read_call(handle: io.BufferedIOBase, header_size: int, file_size: int) -> WitnessCall:
     if not 0 < header_size <= MAX_HEADER_BYTES:
         raise BadWitness(f"a call's header is {header_size} bytes (at most {MAX_HEADER_BYTES})")
@@ -109,6 +142,8 @@ def _read_call(handle: io.BufferedIOBase, header_size: int, file_size: int) -> W
         raise BadWitness(f"a call's header does not parse ({type(exc).__name__})") from exc
     if type(seed) is not int or not isinstance(label, str) or not isinstance(leaves, list):
         raise BadWitness("a call's header lacks an integer seed, a label or a list of outputs")
+    if header.get("repeat") is True and not leaves:
+        return WitnessCall(seed, label[:200], [], repeat=True)
     if len(leaves) > MAX_LEAVES:
         raise BadWitness(f"a call has {len(leaves)} outputs (at most {MAX_LEAVES})")
     return WitnessCall(seed, label[:200], [_read_leaf(handle, leaf, file_size) for leaf in leaves])
@@ -145,29 +180,50 @@ def _read_leaf(handle: io.BufferedIOBase, leaf: Any, file_size: int) -> Any:
 
 
 class WitnessWriter:
-    """The worker's end: opened before any candidate code runs; a failed write (a full disk, a
-    descriptor the candidate closed) ends the witness, and the judge then lacks those calls."""
+    """The worker's end, made before any candidate code runs: one file per call in ``folder``; a
+    failed write (a full disk, a file too large for the sandbox) ends the witness, and the judge
+    then lacks those calls (it says so; the verdict fails closed)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
         self.broken: str | None = None
-        self.handle: IO[bytes] | None = None
+        self.count = 0
+        self.previous: tuple[int, list[Any]] | None = None
         try:
-            self.handle = open(path, "wb")
-            self.handle.write(MAGIC)
+            folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            self.broken = f"the witness could not be opened: {exc}"
+            self.broken = f"the witness could not be made: {exc}"
 
     def record(self, seed: int, label: str, leaves: list[Any]) -> None:
-        if self.handle is None or self.broken:
+        if self.broken:
             return
+        repeat = self.previous is not None and self.previous[0] == seed and same_leaves(self.previous[1], leaves)
         try:
-            write_call(self.handle, seed, label, leaves)
+            with open(self.folder / f"call-{self.count:03d}.bin", "xb") as handle:
+                handle.write(MAGIC)
+                write_call(handle, seed, label, leaves, repeat=repeat)
         except (OSError, ValueError) as exc:  # ValueError: a closed file
             self.broken = f"the witness could not be written: {exc}"
+            return
+        self.count += 1
+        self.previous = (seed, leaves)
 
     def close(self) -> None:
-        if self.handle is not None:
-            try:
-                self.handle.close()
-            except OSError:
-                pass
+        """Nothing is held open between calls; kept for the worker's ``finally``."""
+
+
+def same_leaves(first: list[Any], second: list[Any]) -> bool:
+    """Bitwise the same outputs (tensors equal in dtype, shape and every value; scalars equal)."""
+    import torch
+
+    if len(first) != len(second):
+        return False
+    for a, b in zip(first, second, strict=True):
+        if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+            return False
+        if isinstance(a, torch.Tensor):
+            if a.dtype != b.dtype or a.shape != b.shape or a.device != b.device or not bool(torch.equal(a, b)):
+                return False
+        elif type(a) is not type(b) or a != b:
+            return False
+    return True

@@ -49,7 +49,8 @@ def main() -> None:
     elif mode == "lie":
         header = json.dumps({"seed": trial_seed(seed, 0), "label": "lie",
                              "leaves": [{"dtype": "float32", "shape": [1 << 20, 1 << 10]}]}).encode()
-        witness_path.write_bytes(MAGIC + len(header).to_bytes(4, "big") + header + b"\0" * 64)
+        witness_path.mkdir()
+        (witness_path / "call-000.bin").write_bytes(MAGIC + len(header).to_bytes(4, "big") + header + b"\0" * 64)
     elif mode != "none":
         writer = WitnessWriter(witness_path)
         shift = 0.5 if mode == "wrong" else 0.0
