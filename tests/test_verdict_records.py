@@ -114,7 +114,9 @@ def test_a_partly_stored_flat_dict_leaves_the_rest_empty():
 
 
 def test_recorded_flat_verdicts_on_disk_still_load():
-    raw = json.loads((ROOT / "examples" / "verdicts.json").read_text())
+    """The H200 recording of 2026-12-03, in the flat form it was written in (kept as a fixture;
+    examples/verdicts.json is re-recorded, nested)."""
+    raw = json.loads((ROOT / "tests" / "fixtures" / "verdicts_flat_2026-12-03.json").read_text())
     for stored in raw["by_marker"].values():
         assert "build" not in stored["details"]  # the file is the old flat form, left as recorded
         verdict = Verdict.from_dict(stored)
@@ -152,3 +154,11 @@ def test_a_run_stored_with_flat_details_still_loads(tmp_path):
     store.close()
     verdict = RunStore(tmp_path / "runs.sqlite").load_run("r1").candidates[0][1]
     assert verdict is not None and verdict.details == EXPECTED
+
+
+def test_the_recorded_example_verdicts_load_nested():
+    raw = json.loads((ROOT / "examples" / "verdicts.json").read_text())
+    for stored in raw["by_marker"].values():
+        verdict = Verdict.from_dict(stored)
+        assert verdict.details.environment.gpu_name == stored["details"]["environment"]["gpu_name"]
+        assert Verdict.from_dict(json.loads(json.dumps(verdict.to_dict()))) == verdict
