@@ -72,7 +72,9 @@ def test_an_honest_witness_is_confirmed_by_the_judge(tmp_path: Path) -> None:
     verdict = run_standin(tmp_path, "honest")
     assert verdict.passed and verdict.stage == Stage.TIMING, verdict.message
     assert verdict.details.correctness.judged_calls == 8  # 3 trials x 2 runs + 2 runs of a timed set
-    assert verdict.details.environment.stage_seconds["judge"] >= 0
+    stages = verdict.details.environment.stage_seconds
+    assert stages["judge"] >= stages["judge_compare"] > 0
+    assert {"judge_load", "judge_read", "judge_inputs"} <= set(stages)
 
 
 def test_outputs_the_judge_finds_wrong_fail_though_the_worker_said_correct(tmp_path: Path) -> None:
@@ -250,8 +252,8 @@ def test_a_problem_the_judge_found_decides_and_a_failure_stands_as_it_was() -> N
 
 
 def test_a_report_is_read_from_its_last_line_and_garbage_is_no_report() -> None:
-    good = JudgeReport([CheckedCall(3, "x", None)]).to_json()
-    assert JudgeReport.parse("noise\n" + good) == JudgeReport([CheckedCall(3, "x", None)])
+    good = JudgeReport([CheckedCall(3, "x", None)], seconds={"read": 0.5, "elsewhere": 9.0}).to_json()
+    assert JudgeReport.parse("noise\n" + good) == JudgeReport([CheckedCall(3, "x", None)], seconds={"read": 0.5})
     assert JudgeReport.parse("noise\n[1, 2]\n") is None
     assert JudgeReport.parse("") is None
 

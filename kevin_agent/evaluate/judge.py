@@ -27,6 +27,7 @@ _drop_working_folder()
 
 import json  # noqa: E402 - after the path is cleaned
 import tempfile  # noqa: E402
+import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, TextIO  # noqa: E402
 
@@ -43,14 +44,30 @@ def main() -> int:
         torch.cuda.init()
         torch.empty(1, device=device)  # the context now, while this judge is a spare
     import kevin_agent.evaluate.judge_wire  # what judging needs, imported before any candidate exists
-    import kevin_agent.evaluate.worker.correctness
     import kevin_agent.evaluate.worker.loader  # noqa: F401
 
+    warm_up(device)
     line = sys.stdin.readline()
     report = judge(line, device)
     report_out.write(report.to_json() + "\n")
     report_out.flush()
     return 0
+
+
+def warm_up(device: Any) -> None:
+    """One comparison of each kind on small tensors while this judge is a spare, so the kernels a
+    job needs (random inputs, both gates, the constant check) are loaded before it starts."""
+    import torch
+
+    from kevin_agent.evaluate.worker.correctness import compare_output, constant_problem, judge_fp64
+
+    expected = torch.randn(8, 8, device=device)
+    got = expected + 1e-3
+    compare_output(0, expected, got)
+    judge_fp64(expected, got, expected.double())
+    constant_problem(0, expected, torch.zeros_like(expected))
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def judge(line: str, device: Any) -> JudgeReport:
@@ -62,11 +79,14 @@ def judge(line: str, device: Any) -> JudgeReport:
             raise TypeError("task_source and seed")
     except (ValueError, TypeError, KeyError) as exc:
         return JudgeReport(error=f"the judge's job is malformed ({type(exc).__name__}: {exc})")
+    started = time.perf_counter()
     try:
         task, reference = _load_reference(source, seed, device)
     except Exception as exc:  # the task fails here though it ran in the worker
         return JudgeReport(error=f"the reference failed in the judge ({type(exc).__name__}: {str(exc)[:300]})")
-    return _check_witness(task, reference, witness, device)
+    report = _check_witness(task, reference, witness, device)
+    report.seconds["load"] = time.perf_counter() - started - sum(report.seconds.values())
+    return report
 
 
 def _seed_all(seed: int) -> None:
@@ -110,9 +130,18 @@ def _check_witness(task: Any, reference: Any, witness: Path, device: Any) -> Jud
     harness = CorrectnessHarness(reference=reference, candidate=list, get_inputs=list, device=device,
                                  seed_all=_seed_all, synchronize=synchronize, poison=lambda: 0,
                                  reference64=Fp64Reference(reference))
-    report = JudgeReport()
+    report = JudgeReport(seconds=dict.fromkeys(("read", "inputs", "compare"), 0.0))
+    clock = time.perf_counter
+
+    def spent(phase: str, since: float) -> float:
+        now = clock()
+        report.seconds[phase] += now - since
+        return now
+
     try:
+        mark = clock()
         for call in read_witness(witness):
+            mark = spent("read", mark)
             if call.repeat:  # the previous call's outputs again: the same comparison, the same outcome
                 if not report.checked or report.checked[-1].seed != call.seed:
                     raise BadWitness("a repeated call follows no call of its seed")
@@ -121,8 +150,11 @@ def _check_witness(task: Any, reference: Any, witness: Path, device: Any) -> Jud
             _seed_all(call.seed)
             inputs = make_inputs(task.get_inputs, device)
             got = [to_device(leaf, device) for leaf in call.leaves]
+            synchronize()
+            mark = spent("inputs", mark)
             problems = check_outputs(harness, inputs, got, call.label)
             report.checked.append(CheckedCall(call.seed, call.label, problems[0] if problems else None))
+            mark = spent("compare", mark)
     except (OSError, BadWitness) as exc:
         report.error = f"the witness of your outputs is unreadable: {exc}"
     except Exception as exc:  # the reference failing on an input set it ran on in the worker

@@ -22,6 +22,8 @@ from kevin_agent import feedback
 from kevin_agent.data import Stage, Verdict
 
 REPORT_LIMIT_BYTES = 1024 * 1024
+# the judge's own clock, per phase, summed over calls (recorded as ``stage_seconds["judge_<phase>"]``)
+JUDGE_PHASES = ("load", "read", "inputs", "compare")
 RUNS_PER_TRIAL = 2  # a correctness trial calls the candidate twice (first run, then again)
 JUDGED_ELSEWHERE = "judged outside your process"
 
@@ -46,9 +48,11 @@ class JudgeReport:
 
     checked: list[CheckedCall] = field(default_factory=list)
     error: Optional[str] = None
+    seconds: dict[str, float] = field(default_factory=dict)  # where its time went (``JUDGE_PHASES``)
 
     def to_json(self) -> str:
-        return json.dumps({"checked": [dataclasses.asdict(c) for c in self.checked], "error": self.error})
+        return json.dumps({"checked": [dataclasses.asdict(c) for c in self.checked], "error": self.error,
+                           "seconds": {k: round(v, 4) for k, v in self.seconds.items()}})
 
     @classmethod
     def parse(cls, text: str) -> Optional[JudgeReport]:
@@ -62,7 +66,9 @@ class JudgeReport:
             except (ValueError, TypeError, KeyError, AttributeError):
                 continue
             error = raw.get("error")
-            return cls(checked, None if error is None else str(error))
+            seconds = raw.get("seconds") if isinstance(raw.get("seconds"), dict) else {}
+            timed = {k: float(v) for k, v in seconds.items() if k in JUDGE_PHASES and type(v) in (int, float)}
+            return cls(checked, None if error is None else str(error), timed)
         return None
 
 
@@ -111,4 +117,5 @@ def judged_verdict(verdict: Verdict, report: Optional[JudgeReport], base_seed: i
         d.error = text
         return Verdict(Stage.CORRECTNESS, False, feedback.incorrect(text), d)
     d.correctness = dataclasses.replace(d.correctness, judged_calls=len(report.checked))
+    d.environment.stage_seconds.update({f"judge_{phase}": s for phase, s in report.seconds.items()})
     return Verdict(verdict.stage, verdict.passed, verdict.message, d)
