@@ -18,6 +18,8 @@ KB = FIXTURES / "kernelbench"
 CANDIDATES = sorted(p for p in PROV.glob("*.py") if not p.stem.endswith("_task"))
 KB_ANSWERS = sorted(KB.glob("few_shot/model_new_ex_*.py"))
 KB_ADVERSARIAL = sorted(KB.glob("test_kernels/*_kernel.py"))
+# the judging probes with a kernel of their own (kernel_in_string has none, by design)
+JUDGE_PROBES = sorted(p for p in (FIXTURES / "judge_gpu").glob("*.py") if p.stem != "kernel_in_string")
 
 
 def test_every_candidate_has_a_readme_row():
@@ -57,7 +59,7 @@ def _cache() -> Path:
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("path", CANDIDATES + KB_ANSWERS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", CANDIDATES + KB_ANSWERS + JUDGE_PROBES, ids=lambda p: p.stem)
 def test_candidate_compiles_and_lists_its_kernels(path):
     from kevin_agent.evaluate.build.cache import BuildCache
     from kevin_agent.evaluate.build.compile import compile_candidate

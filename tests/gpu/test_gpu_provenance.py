@@ -168,6 +168,26 @@ def test_an_answer_that_stops_working_after_the_checked_calls_fails_on_a_timed_c
     assert "timed call" in verdict.message and not verdict.correct
 
 
+def test_an_answer_that_rewrites_the_workers_reference_fails_in_the_judge(worker_pool, prov_cache):
+    """Issue 19: what the candidate's code does to the reference inside the worker (here: makes the
+    reference agree with its half product) does not reach the judge process's reference."""
+    verdict, result = run(worker_pool, prov_cache, prov_task("mm"), (JUDGE / "rewrites_reference.py").read_text(),
+                          "judge/rewrites_reference")
+    assert (verdict.stage, verdict.ok) == (Stage.CORRECTNESS, False), describe(verdict, result)
+    assert "judged outside your process" in verdict.message and "elements differ" in verdict.message
+    assert verdict.details.environment.stage_seconds.get("judge") is not None
+
+
+def test_honest_answers_are_confirmed_by_the_judge_with_every_checked_call(worker_pool, prov_cache):
+    """Issue 19, the control: an honest answer's checked calls all reach the judge and pass there
+    (two runs of each correctness trial and at least one sampled timed call)."""
+    verdict, result = run(worker_pool, prov_cache, prov_task("add_scale"), prov_candidate("style_two_extensions"),
+                          "judge/honest_control")
+    assert verdict.ok and verdict.stage == Stage.TIMING, describe(verdict, result)
+    # FAST's 3 correctness trials: 6 runs, and at least one sampled timed call
+    assert (verdict.details.correctness.judged_calls or 0) >= 7, verdict.details.correctness
+
+
 # ---------------------------------------------------------------- own kernels: accepted by both policies
 
 
