@@ -5,11 +5,18 @@ cache hit (build lookup) and cache hit including import in a fresh process; plus
 precompiled-header cost. Prints a table; ``--out FILE`` writes the numbers as JSON.
 
     python bench/compile_bench.py [--only add,gelu] [--skip-stock] [--out results.json]
+    python bench/compile_bench.py --sandbox-cost 3 --out results.json   # confined vs unconfined
+
+``--sandbox-cost N`` measures what closing the compile path costs (issue 18), in one run: each
+candidate built cold N times unconfined (``sandbox = "off"``) and N times confined (``"required"``),
+alternating which goes first, each build made distinct by a comment (a new cache entry, the same
+work) so the shared precompiled header of each mode's cache is built once and left out.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -125,6 +132,36 @@ def run_meta() -> dict:
                     f"Python {platform.python_version()}"}
 
 
+def sandbox_cost(names: list[str], rounds: int) -> dict:
+    """Cold split builds, confined and not, interleaved (see the module's docstring)."""
+    modes = ("off", "required")
+    rows: list[dict] = []
+    seconds: dict[str, list[float]] = {m: [] for m in modes}
+    with tempfile.TemporaryDirectory(prefix="kevin-compile-bench-") as tmp:
+        caches = {}
+        for mode in modes:
+            cache = BuildCache(Path(tmp) / mode)
+            cache.sandbox = mode
+            cache.warm()  # the precompiled header, once per cache: not part of any build below
+            caches[mode] = cache
+        for round_index in range(rounds):
+            for position, name in enumerate(names):
+                (spec, *_), _ = extract_specs((FIXTURES / f"{name}_candidate.py").read_text())
+                order = modes if (round_index + position) % 2 == 0 else modes[::-1]
+                for mode in order:
+                    marked = dataclasses.replace(spec, cuda_sources=(*spec.cuda_sources,
+                                                                     f"// compile_bench round {round_index} {mode}\n"))
+                    result = caches[mode].build(marked)
+                    cold = result.seconds - result.pch_seconds
+                    row = {"name": name, "round": round_index, "sandbox": mode, "ok": result.ok, "cold_s": cold}
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
+                    seconds[mode].append(cold)
+    medians = {m: statistics.median(seconds[m]) for m in modes}
+    return {"cpus": os.cpu_count(), "rounds": rounds, "rows": rows, "median_cold_s": medians,
+            "confined_over_unconfined": medians["required"] / medians["off"], "meta": run_meta()}
+
+
 def print_table(result: dict) -> None:
     cols = ["name", "split_path", "split_cold_s", "whole_cold_s", "stock_load_inline_s", "hit_s", "hit_with_import_s"]
     print("\n" + " | ".join(cols))
@@ -141,12 +178,19 @@ def main() -> int:
     parser.add_argument("--only", help="comma-separated fixture names (default: all)")
     parser.add_argument("--skip-stock", action="store_true", help="do not time stock load_inline")
     parser.add_argument("--skip-whole", action="store_true", help="do not time the whole path")
+    parser.add_argument("--sandbox-cost", type=int, metavar="N",
+                        help="instead: N cold builds per candidate confined and N unconfined, interleaved")
     parser.add_argument("--out", type=Path, help="write the results as JSON")
     args = parser.parse_args()
     names = (args.only.split(",") if args.only
              else sorted(p.name[: -len("_candidate.py")] for p in FIXTURES.glob("*_candidate.py")))
-    result = bench(names, args.skip_stock, args.skip_whole)
-    print_table(result)
+    if args.sandbox_cost:
+        result = sandbox_cost(names, args.sandbox_cost)
+        print(f"median cold build: unconfined {result['median_cold_s']['off']:.2f} s, confined "
+              f"{result['median_cold_s']['required']:.2f} s ({result['confined_over_unconfined']:.3f}x)")
+    else:
+        result = bench(names, args.skip_stock, args.skip_whole)
+        print_table(result)
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))
     return 0

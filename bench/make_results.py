@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -153,6 +154,22 @@ def compile_bench_lines(result: dict[str, Any]) -> list[str]:
                               f"install: {header} ({result.get('cpus')} CPUs)."]
 
 
+def sandbox_cost_lines(result: dict[str, Any]) -> list[str]:
+    """``compile_bench.py --sandbox-cost``: the same cold builds confined and unconfined, one run."""
+    rows = [["candidate", "unconfined (median)", "confined (median)", "confined / unconfined"]]
+    for name in sorted({r["name"] for r in result["rows"]}):
+        off = [r["cold_s"] for r in result["rows"] if r["name"] == name and r["sandbox"] == "off"]
+        boxed = [r["cold_s"] for r in result["rows"] if r["name"] == name and r["sandbox"] == "required"]
+        if off and boxed:
+            ratio = statistics.median(boxed) / statistics.median(off)
+            rows.append([name, num(statistics.median(off), 2, "s"), num(statistics.median(boxed), 2, "s"),
+                         num(ratio, 3, "x")])
+    medians, ratio = result["median_cold_s"], num(result["confined_over_unconfined"], 3, "x")
+    return table(rows) + ["", f"- {result.get('rounds')} cold builds per candidate and mode, interleaved; median "
+                              f"over all: unconfined {num(medians['off'], 2, 's')}, confined "
+                              f"{num(medians['required'], 2, 's')}, **{ratio}** ({result.get('cpus')} CPUs)."]
+
+
 def dropin_lines(rows: list[dict[str, Any]]) -> list[str]:
     body = [["kernel", "ok", "first import + forward (build included)", "process"]]
     body += [[r["kernel"], "yes" if r.get("ok") else "no", num(r.get("import_and_first_forward_s"), 1, "s"),
@@ -228,6 +245,9 @@ def file_lines(name: str, data: Any, meta: dict[str, Any]) -> list[str]:
     """A bench's own JSON file, with what ``*-legacy.json`` records about it (when anything)."""
     if isinstance(data, dict) and ("kevin" in data or "compile" in data):
         title, body = "Evaluation bench (`bench/eval_bench.py`)", eval_bench_lines(data)
+    elif isinstance(data, dict) and "confined_over_unconfined" in data:
+        title, body = "Compile bench, confined vs unconfined (`bench/compile_bench.py --sandbox-cost`)", \
+            sandbox_cost_lines(data)
     elif isinstance(data, dict) and "median_split_cold_s" in data:
         title, body = "Compile bench (`bench/compile_bench.py`)", compile_bench_lines(data)
     elif isinstance(data, dict) and "max_per_candidate_s" in data.get("summary", {}):

@@ -301,3 +301,21 @@ def test_a_repeat_with_nothing_before_it_is_refused_by_the_judge(tmp_path: Path)
                           timeout=300, check=True)
     report = JudgeReport.parse(done.stdout)
     assert report is not None and report.error and "follows no call of its seed" in report.error
+
+
+def test_the_report_is_taken_without_waiting_for_the_judge_to_exit(tmp_path: Path) -> None:
+    """A judge that reports and then lingers (a CUDA context's teardown, say) holds nothing up;
+    one that never reports fails closed at its time limit."""
+    report = JudgeReport([CheckedCall(8, "first", None), CheckedCall(8, "second", None),
+                          CheckedCall(987654321, "timed", None)]).to_json()
+    lingering = [sys.executable, "-c", f"import sys, time; sys.stdin.readline(); print({report!r}, flush=True); "
+                                       "time.sleep(3600)"]
+    silent = [sys.executable, "-c", "import time; time.sleep(3600)"]
+    for command, passes in ((lingering, True), (silent, False)):
+        with WorkerPool([sys.executable, str(STANDIN)], scratch_root=tmp_path / "s", spares=0, judge_command=command,
+                        judge_timeout_s=20.0) as pool:
+            verdict = pool.run(WorkerJob(TASK, "honest", Path("unset"),
+                                         settings=EvalSettings(seed=7, correctness_trials=1))).verdict
+        assert verdict.passed is passes, verdict.message
+        if not passes:
+            assert "did not finish within 20 s" in verdict.message

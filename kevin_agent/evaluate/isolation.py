@@ -14,7 +14,9 @@ import contextlib
 import dataclasses
 import hmac
 import json
+import os
 import secrets
+import select
 import shutil
 import subprocess
 import sys
@@ -24,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import IO, Optional
 
 from kevin_agent.data import Stage, Verdict, VerdictDetails
 from kevin_agent.errors import EnvironmentProblem
@@ -368,16 +370,21 @@ class WorkerPool:
         line = json.dumps({"task_source": job.task_source, "seed": job.settings.seed,
                            "witness": str(job.witness_path)}) + "\n"
         try:
-            out, _ = judge.communicate(line.encode(), timeout=self.judge_timeout_s)
-        except subprocess.TimeoutExpired:
+            assert judge.stdin is not None and judge.stdout is not None
+            judge.stdin.write(line.encode())
+            judge.stdin.close()
+            out = read_line(judge.stdout, self.judge_timeout_s, REPORT_LIMIT_BYTES)
+        except (OSError, ValueError) as exc:
+            kill_group(judge)
+            return None, f"it could not be reached ({exc})"
+        if out is None:
             kill_group(judge)
             return None, f"it did not finish within {self.judge_timeout_s:g} s"
-        except OSError as exc:
-            return None, f"it could not be reached ({exc})"
-        report = JudgeReport.parse(out[:REPORT_LIMIT_BYTES].decode("utf-8", errors="replace"))
+        kill_group(judge, wait=False)  # the report is in; reaped with the worker, after the GPU's lease
+        report = JudgeReport.parse(out.decode("utf-8", errors="replace"))
         if report is None:
             tail = tail_text(worker.scratch / "judge-stderr.log", lines=2).replace("\n", " | ")
-            return None, f"it exited with code {judge.returncode} without a report" + (f": {tail}" if tail else "")
+            return None, "it ended without a report" + (f": {tail}" if tail else "")
         return report, ""
 
     def close(self) -> None:
@@ -409,6 +416,23 @@ class WorkerPool:
     @property
     def spare_pids(self) -> list[int]:
         return [w.pid for w in list(self._spare_workers)]
+
+
+def read_line(pipe: IO[bytes], timeout_s: float, limit: int) -> Optional[bytes]:
+    """What ``pipe`` carries up to its first line break, its end or ``limit`` bytes; None when
+    nothing ended it within ``timeout_s`` (the writer may stay alive: nothing waits for its exit)."""
+    deadline = time.monotonic() + timeout_s
+    data = b""
+    fd = pipe.fileno()
+    while b"\n" not in data and len(data) < limit:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    return data[:limit]
 
 
 def _cancelled_result(pid: int, seconds: float = 0.0) -> WorkerResult:

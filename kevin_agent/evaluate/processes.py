@@ -71,8 +71,9 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the whole process group of ``proc`` (its own session), then reap it."""
+def kill_group(proc: subprocess.Popen, wait: bool = True) -> None:
+    """SIGKILL the whole process group of ``proc`` (its own session), then reap it (unless not
+    ``wait``: a later call reaps it, and its exit is nobody's wait meanwhile)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -81,6 +82,8 @@ def kill_group(proc: subprocess.Popen) -> None:
         proc.kill()
     except ProcessLookupError:
         pass
+    if not wait:
+        return
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
