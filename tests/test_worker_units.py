@@ -143,6 +143,19 @@ def test_correct_candidate_passes_every_trial_on_fresh_seeds():
     assert seeds == [trial_seed(42, t) for t in range(5)] and len(set(seeds)) == 5 and 42 not in seeds
 
 
+def test_the_trials_say_where_their_time_went_when_asked():
+    """Issue 20: the correctness stage's seconds by part, on a clock that ticks one per reading."""
+    ticks = iter(range(10_000))
+    h, _ = harness(Scale())
+    h.parts, h.clock = {}, lambda: float(next(ticks))
+    h.witness = lambda seed, label, leaves: None
+    assert run_correctness(h, trials=2, base_seed=0).ok
+    assert set(h.parts) == {"inputs", "poison", "candidate", "copy", "reference", "witness", "compare"}
+    assert h.parts["poison"] == 4 and h.parts["reference"] == 2  # two per trial, one per trial; a tick each
+    plain, _ = harness(Scale())
+    assert run_correctness(plain, trials=1, base_seed=0).ok and plain.parts is None
+
+
 class ZeroesInput(torch.nn.Module):
     def forward(self, x, factor):
         out = x * factor

@@ -21,7 +21,9 @@ run happens on the first trial (to report eager's own error) and on any trial wh
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -419,6 +421,20 @@ class CorrectnessHarness:
     check_patched: Callable[[], str | None] = lambda: None
     reference64: Callable[[Any], Any] | None = None  # inputs -> the reference's float64 output (gate 2)
     witness: Callable[[int, str, list[Any]], None] | None = None  # (seed, label, output leaves) for the judge
+    parts: dict[str, float] | None = None  # seconds per part of the trials (``CORRECTNESS_PARTS``), when asked
+    clock: Callable[[], float] = time.perf_counter
+
+    @contextlib.contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        """Add the block's seconds to ``parts[name]`` (nothing when no breakdown was asked)."""
+        if self.parts is None:
+            yield
+            return
+        started = self.clock()
+        try:
+            yield
+        finally:
+            self.parts[name] = self.parts.get(name, 0.0) + self.clock() - started
 
 
 def run_correctness(h: CorrectnessHarness, trials: int, base_seed: int) -> CorrectnessResult:
@@ -426,8 +442,9 @@ def run_correctness(h: CorrectnessHarness, trials: int, base_seed: int) -> Corre
     result = CorrectnessResult(ok=True, message="", trials_passed=0, trials_total=trials)
     for trial in range(trials):
         seed = trial_seed(base_seed, trial)
-        h.seed_all(seed)
-        inputs = make_inputs(h.get_inputs, h.device)
+        with h.part("inputs"):
+            h.seed_all(seed)
+            inputs = make_inputs(h.get_inputs, h.device)
         problems = _one_trial(h, inputs, (trial, seed), trials, result)
         patched = h.check_patched()
         if patched:
@@ -449,15 +466,18 @@ class RefusedOutput(Exception):
 def _run_candidate(h: CorrectnessHarness, inputs: Any) -> tuple[Any, list[str]]:
     """Poison free memory, run the candidate on a clone; (a private copy of its output, names of
     inputs it changed). Raises ``RefusedOutput`` for an output that is not plain dense tensors."""
-    h.poison()
-    candidate_inputs = snapshot(inputs)
-    got = h.candidate(*candidate_inputs)
-    h.synchronize()  # whole device: side-stream work is finished before anything is read
-    plain, problem = plain_outputs(got)
-    if problem:
-        raise RefusedOutput(problem)
-    h.synchronize()
-    return plain, changed_inputs(inputs, candidate_inputs)
+    with h.part("poison"):
+        h.poison()
+    with h.part("candidate"):
+        candidate_inputs = snapshot(inputs)
+        got = h.candidate(*candidate_inputs)
+        h.synchronize()  # whole device: side-stream work is finished before anything is read
+    with h.part("copy"):
+        plain, problem = plain_outputs(got)
+        if problem:
+            raise RefusedOutput(problem)
+        h.synchronize()
+        return plain, changed_inputs(inputs, candidate_inputs)
 
 
 def _one_trial(
@@ -473,18 +493,20 @@ def _one_trial(
             first, first_changed = _run_candidate(h, inputs)
         except RefusedOutput as refused:
             return [f"{refused} ({trial_label(trial, trials, 'first')})"]
-        reference_inputs = snapshot(inputs)
-        expected = h.reference(*reference_inputs)
-        h.synchronize()
-        reference_changed = set(changed_inputs(inputs, reference_inputs))  # in-place tasks
+        with h.part("reference"):
+            reference_inputs = snapshot(inputs)
+            expected = h.reference(*reference_inputs)
+            h.synchronize()
+            reference_changed = set(changed_inputs(inputs, reference_inputs))  # in-place tasks
         try:
             second, second_changed = _run_candidate(h, inputs)
         except RefusedOutput as refused:
             return [f"{refused} ({trial_label(trial, trials, 'second')})"]
     runs = (("first", first, first_changed), ("second", second, second_changed))
     if h.witness is not None:
-        for run, got, _ in runs:
-            h.witness(seed, trial_label(trial, trials, run), flatten_outputs(got))
+        with h.part("witness"):
+            for run, got, _ in runs:
+                h.witness(seed, trial_label(trial, trials, run), flatten_outputs(got))
     for run, _, changed in runs:
         changed = [name for name in changed if name not in reference_changed]
         if changed:
@@ -492,6 +514,14 @@ def _one_trial(
                 f"Your forward modified its inputs ({', '.join(changed)}) on "
                 f"{trial_label(trial, trials, run)}; inputs must be left unchanged."
             ]
+    with h.part("compare"):
+        return _compare_runs(h, inputs, expected, runs, (trial, trials), result)
+
+
+def _compare_runs(h: CorrectnessHarness, inputs: Any, expected: Any, runs: Sequence[tuple[str, Any, Any]],
+                  trial_of: tuple[int, int], result: CorrectnessResult) -> list[str]:
+    """Each candidate run's outputs against the reference's (both gates); the problems found."""
+    trial, trials = trial_of
     expected_leaves = flatten_outputs(expected)
     fp64 = _Fp64Leaves(h, inputs, len(expected_leaves), wanted=trial == 0)
     problems: list[str] = []

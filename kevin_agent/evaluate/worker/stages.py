@@ -232,6 +232,7 @@ def _correctness(ctx: Context, task: Any, reference: Any, candidate: Any) -> Ver
         seed_all=ctx.seed_all, synchronize=ctx.clock.synchronize, poison=ctx.poison,
         check_patched=ctx.patched, reference64=Fp64Reference(reference),
         witness=ctx.witness.record if ctx.witness is not None else None,
+        parts={}, clock=ctx.clock.perf_counter,
     )
     trials = max(1, ctx.settings.correctness_trials)
     try:
@@ -239,6 +240,9 @@ def _correctness(ctx: Context, task: Any, reference: Any, candidate: Any) -> Ver
     except Exception as exc:
         ctx.details.correctness.trials_total = trials
         return _failure(ctx, Stage.CORRECTNESS, exc)
+    finally:  # where the stage's time went (issue 20), whatever it found
+        ctx.details.environment.stage_seconds.update(
+            {f"correctness_{name}": round(seconds, 4) for name, seconds in (harness.parts or {}).items()})
     c = ctx.details.correctness
     c.trials_passed, c.trials_total = result.trials_passed, result.trials_total
     c.max_abs_error, c.max_rel_error = result.max_abs_error, result.max_rel_error
