@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU suite (tests/gpu) and the GPU benches in two parts, one device call each (<= 9 min):
 #
-#   bash scripts/gpu_session.sh 1       # tests: provenance, guards, accept, attacks; eval_bench
-#   bash scripts/gpu_session.sh 2       # tests: worker, lease, loop, sandbox; dropin bench
+#   bash scripts/gpu_session.sh 1       # tests: provenance, guards; eval_bench
+#   bash scripts/gpu_session.sh 2       # tests: worker, lease, loop, sandbox, accept, attacks; dropin bench
 #   bash scripts/gpu_session.sh 3       # no tests: the speed benches (issue 20), record_verdicts, a kevin
 #                                       # bench table (21)
 #   bash scripts/gpu_session.sh 2 480   # another time budget in seconds (default 530)
@@ -13,24 +13,24 @@
 #   KEVIN_SOURCE_COMMIT=<sha> bash scripts/gpu_session.sh 1   # the tree's commit, when the copy's .git lags
 #
 # How it splits, and why. The suite has two build caches, each filled once per pytest process by a
-# parallel precompile (the torch header, ~30 s, plus every candidate): test_gpu_provenance.py
-# builds its ~40 candidates into its own cache; every other module uses conftest.py's session
-# cache (fixture kernels, adversarial candidates, the loop test's turns). Part 2 is the modules of
-# the session cache, so they pay its precompile once; part 1 is the provenance module with the
-# modules that need no cache (guards in-process, accept builds its drop-ins itself), the attack
-# module (its one candidate goes into the provenance module's persistent cache, whose torch header
-# is built by then) and the benches, which bring their own caches. Expected on the H200 (16 cores),
-# from the runs in bench/results and the device runs of issue 17 (per module: the summary's seconds
-# say it exactly):
-#   part 1: provenance ~4.5 min (precompile ~80 s + 44 jobs), guards ~15 s, accept ~80 s, attacks
-#           ~1-1.5 min (one build ~15 s, 9 worker jobs of a spare's start-up each, ~6-8 s);
-#           eval_bench ~90 s, last, cut to the time left -> ~8.5-9 min (record_verdicts moved to
-#           part 3 to make room for the attacks)
-#   part 2: session precompile ~50 s (12 candidates took 47-49 s), worker ~3.5 min (13 jobs; with
-#           guards, 16 tests took 274 s), lease ~40 s, loop ~45 s (44 s measured; 110 s alone
-#           with a cold cache of its own), sandbox ~2.5 min (16 tests); dropin ~30 s -> ~8.5 min
-#   part 3: eval_bench ~3.5 min, record_verdicts ~60 s (shares eval_bench's cache: its header is
-#           built), eval_cli ~1.5 min, kevin bench ~1.5 min -> ~7.5 min
+# parallel precompile (the torch header, ~35 s, plus every candidate): test_gpu_provenance.py
+# builds its ~50 candidates into its own cache; every other module uses conftest.py's session
+# cache (fixture kernels, adversarial candidates, the loop test's turns), or brings its own (accept
+# builds its drop-ins itself; the attack module builds its one candidate into the provenance
+# module's persistent cache, its header then built there). Part 1 is the provenance module (the
+# longest) with the guards (in-process); part 2 is everything else. Measured on the H200 at
+# bd5d2e9 (bench/results/2026-12-04-h200-gpu-session-{1,2}.json; every GPU job then also ran the
+# judge process, ~1.5 s each), with the split of that day (accept and attacks in part 1):
+#   provenance 345 s (48 tests), guards 7 s, accept 55 s, attacks 40 s (61 tests): 457 s in all,
+#   so eval_bench got 59 s and was cut; worker 170 s, lease 11 s, loop 29 s, sandbox 75 s: 291 s.
+# Since then: 8 provenance tests more (the judge's probes and honest look-alikes, ~6 s each) and
+# accept and attacks moved to part 2, so expected:
+#   part 1: provenance ~6.5 min, guards ~10 s; eval_bench ~90 s in the time left -> ~8.5 min
+#   part 2: worker ~3 min, lease, loop ~40 s, sandbox ~1.5 min, accept ~1 min, attacks ~1.5 min (its
+#           header ~35 s); dropin ~30 s -> ~8.5 min
+#   part 3: eval_bench ~4 min, record_verdicts ~40 s (shares eval_bench's cache: its header is
+#           built), eval_cli ~1.5 min, kevin bench ~2 min -> ~8.5 min (kevin bench was cut at 113 s
+#           on 2026-12-04: give part 3 its full 530 s)
 # The tests run first (the suite is what must pass), then the benches in the time left. Every test
 # has a per-test timeout (tests/gpu/conftest.py), every phase a wall limit cut to the time left, so
 # a hang costs its own limit, never the part; a phase with < 20 s left is skipped and says so. If a
@@ -55,10 +55,9 @@ cd "$(dirname "$0")/.."
 PART="${1:-}"
 BUDGET="${2:-530}"
 case "$PART" in
-  1) TESTS=(tests/gpu/test_gpu_provenance.py tests/gpu/test_gpu_guards.py tests/gpu/test_accept_gpu.py
-            tests/gpu/test_attacks_gpu.py) ;;
+  1) TESTS=(tests/gpu/test_gpu_provenance.py tests/gpu/test_gpu_guards.py) ;;
   2) TESTS=(tests/gpu/test_gpu_worker.py tests/gpu/test_gpu_lease.py tests/gpu/test_loop_gpu.py
-            tests/gpu/test_sandbox_gpu.py) ;;
+            tests/gpu/test_sandbox_gpu.py tests/gpu/test_accept_gpu.py tests/gpu/test_attacks_gpu.py) ;;
   3) TESTS=() ;;
   *) echo "usage: bash scripts/gpu_session.sh 1|2|3 [SECONDS]" >&2; exit 2 ;;
 esac
