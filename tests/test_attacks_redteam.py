@@ -215,6 +215,23 @@ def test_escape_sequences_from_the_compiler_reach_no_terminal(tmp_path: Path) ->
     assert "\x1b" not in render_verdict(verdict)
 
 
+@pytest.mark.skipif(shutil.which("ninja") is None, reason="no ninja")
+def test_escape_sequences_the_build_prints_are_spelled_out_in_its_log_file(tmp_path: Path) -> None:
+    """build.log stays on disk in the cache (and `cat build.log` is what a user does): what the
+    compiler printed is written spelled out. The control: the build's command really printed them."""
+    from kevin_agent.evaluate.build.ninja_file import run_ninja
+
+    (tmp_path / "esc.txt").write_text(ESCAPES + "\n", encoding="utf-8")
+    (tmp_path / "build.ninja").write_text("rule show\n  command = cat esc.txt && false\nbuild out: show\n")
+    raw = subprocess.run(["cat", "esc.txt"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert "\x1b]52;c;" in raw  # control: the command prints them raw
+    ran = run_ninja(tmp_path, 1, 120.0, tmp_path / "build.log")
+    logged = (tmp_path / "build.log").read_text(encoding="utf-8")
+    # ninja itself drops ESC and the CSI after it; the BEL, the C1 CSI, the CR and the bidi override pass it
+    assert not ran.ok and "cHduZWQ=\\x07B\\x9b31m\\x0d\\u202e" in logged
+    assert not any(c in logged + ran.output for c in "\x1b\x07\x9b\r\u202e"), repr(logged)
+
+
 def test_terminal_safe_keeps_ordinary_text() -> None:
     from kevin_agent.safe_text import terminal_safe
 

@@ -29,6 +29,7 @@ from typing import Optional
 from kevin_agent.evaluate.build.flags import Toolchain, ninja_binary
 from kevin_agent.evaluate.build.log import sandbox_refused
 from kevin_agent.evaluate.processes import scrubbed_environment
+from kevin_agent.safe_text import terminal_safe
 
 PCH_HEADER = "kevin_torch_ext.h"
 MAX_OUTPUT = 4_000_000  # characters of a compile's output kept (the rest is counted, not stored)
@@ -145,6 +146,7 @@ def run_ninja(directory: Path, jobs: int, timeout_s: float, log_path: Path,
     given). A timeout kills the whole process group."""
     argv = [ninja_binary(), "-C", str(directory), "-j", str(max(1, jobs))]
     status, output = run_confined(argv, directory, timeout_s, confine)
+    output = terminal_safe(output)  # compilers quote the candidate: no escape sequence reaches the log file
     if status is None:
         output += f"\nerror: the build did not finish within {timeout_s:.0f} s and was stopped\n"
     try:
