@@ -86,7 +86,7 @@ def test_every_judge_gpu_probe_parses_and_has_a_readme_row():
     folder = Path(__file__).parent / "fixtures" / "judge_gpu"
     readme = (folder / "README.md").read_text()
     probes = sorted(p for p in folder.glob("*.py") if not p.stem.endswith("_task"))
-    assert [p.stem for p in probes] == ["counts_calls", "kernel_in_string", "thread_offload"]
+    assert [p.stem for p in probes] == ["counts_calls", "kernel_in_string", "rewrites_reference", "thread_offload"]
     for path in probes:
         ast.parse(path.read_text())
         assert f"`{path.stem}`" in readme, path.name
