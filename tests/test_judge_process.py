@@ -133,7 +133,6 @@ def test_tampering_with_the_in_process_checker_does_not_reach_the_judge(tmp_path
                                  poison=lambda: 0, witness=witness.record)
     monkeypatch.setattr(correctness, "tolerance_for", lambda dtype: (1.0, 1.0))  # the candidate's patch
     assert run_correctness(harness, trials=2, base_seed=7).ok  # control: in-process, the patch works
-    witness.close()
     assert sorted(p.name for p in (tmp_path / "witness").iterdir()) == [f"call-00{i}.bin" for i in range(4)]
     assert (tmp_path / "witness" / "call-001.bin").stat().st_size < 200  # the second run repeats the first
     line = json.dumps({"task_source": TASK, "seed": 7, "witness": str(tmp_path / "witness")})

@@ -8,8 +8,8 @@ is allocated. torch (imported lazily) and the standard library only.
 
 Layout: a folder of one file per call (``call-NNN.bin``, so no file outgrows the sandbox's
 per-file limit), each ``MAGIC``, a 4-byte big-endian header length, the header, the bytes. A run
-whose outputs equal the previous call's (the second run of a correctness trial, usually) is a
-header that says ``repeat`` and no bytes: a claim no weaker than the bytes, both being written by
+whose outputs equal the previous call's of its seed (a trial's second run, usually) is a header
+that says ``repeat`` and no bytes: a claim no weaker than the bytes, both being written by
 the candidate's process.
 """
 
@@ -208,12 +208,10 @@ class WitnessWriter:
         self.count += 1
         self.previous = (seed, leaves)
 
-    def close(self) -> None:
-        """Nothing is held open between calls; kept for the worker's ``finally``."""
-
 
 def same_leaves(first: list[Any], second: list[Any]) -> bool:
-    """Bitwise the same outputs (tensors equal in dtype, shape and every value; scalars equal)."""
+    """The same outputs: tensors of one dtype, shape and device with equal values (NaN never equals),
+    scalars of one type and value."""
     import torch
 
     if len(first) != len(second):

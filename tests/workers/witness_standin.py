@@ -58,7 +58,6 @@ def main() -> None:
         for s in seeds:
             for run in ("first", "second"):
                 writer.record(s, f"{run} run, seed {s}", [o + shift for o in reference_outputs(task, reference, s)])
-        writer.close()
     verdict = {"stage": "timing", "ok": True, "message": "Your answer was correct, with a speedup of 2.00x",
                "details": {"speedup_vs_eager": 2.0, "gpu_name": "stand-in"}}
     tmp = job["result_path"] + ".tmp"

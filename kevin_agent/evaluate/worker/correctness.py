@@ -421,7 +421,7 @@ class CorrectnessHarness:
     check_patched: Callable[[], str | None] = lambda: None
     reference64: Callable[[Any], Any] | None = None  # inputs -> the reference's float64 output (gate 2)
     witness: Callable[[int, str, list[Any]], None] | None = None  # (seed, label, output leaves) for the judge
-    parts: dict[str, float] | None = None  # seconds per part of the trials (``CORRECTNESS_PARTS``), when asked
+    parts: dict[str, float] | None = None  # seconds per part of the trials (``part``'s names), when asked
     clock: Callable[[], float] = time.perf_counter
 
     @contextlib.contextmanager

@@ -59,7 +59,6 @@ def evaluate_job(job: WorkerJob, cache_dir: Path, captured: CapturedReferences, 
                  stream: Any) -> WorkerReply:
     """The job's reply. Raises TaskProblem when the reference itself fails."""
     scratch = Path(job.scratch_dir or tempfile.mkdtemp(prefix="kevin-worker-"))
-    ctx: Context | None = None
     try:
         clock = Clock.from_captured(captured, stream, device_cycles_per_ms(device))
         ctx = Context(captured, clock, device, job.settings, environment_details(device), scratch / "candidate.py",
@@ -67,7 +66,7 @@ def evaluate_job(job: WorkerJob, cache_dir: Path, captured: CapturedReferences, 
         if job.witness_path is not None and not job.measure_baseline:
             from kevin_agent.evaluate.judge_wire import WitnessWriter
 
-            ctx.witness = WitnessWriter(job.witness_path)  # opened before any candidate code
+            ctx.witness = WitnessWriter(job.witness_path)  # its folder made before any candidate code
         with ctx.stage("reference"):
             peaks = None if job.measure_baseline else _peaks(cache_dir, ctx)  # before candidate code runs
             task, reference, init_inputs = load_reference(job.task_source, scratch, ctx)
@@ -82,8 +81,6 @@ def evaluate_job(job: WorkerJob, cache_dir: Path, captured: CapturedReferences, 
         verdict.details.timing.baseline_cached = job.baseline is not None
         return WorkerReply(verdict=verdict)
     finally:
-        if ctx is not None and ctx.witness is not None:
-            ctx.witness.close()
         if job.scratch_dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
 
