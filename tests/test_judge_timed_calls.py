@@ -179,6 +179,32 @@ def test_timing_pools_come_from_unpredictable_seeds(tmp_path):
     firsts = [s[0] for s in first.pool] + [s[0] for s in second.pool]
     assert len(first.pool) >= 2
     assert all(not torch.equal(x, y) for i, x in enumerate(firsts) for y in firsts[i + 1:])
+    assert len(first.seeds) == len(first.pool) and len(set(first.seeds + second.seeds)) == 2 * len(first.pool)
+    torch.manual_seed(first.seeds[1])  # the judge makes a set again from its seed alone
+    assert torch.equal(Task.get_inputs()[0], first.pool[1][0])
+
+
+def test_sampled_timed_outputs_go_to_the_witness_with_their_sets_seeds(tmp_path):
+    """Issue 19: each kept timed output reaches the judge with the seed of the input set it ran on."""
+    from kevin_agent.data import VerdictDetails
+    from kevin_agent.evaluate.api import EvalSettings
+    from kevin_agent.evaluate.judge_wire import WitnessWriter, read_witness
+    from kevin_agent.evaluate.worker import guards
+    from kevin_agent.evaluate.worker.context import Context
+    from kevin_agent.evaluate.worker.stages import _timed_problems
+
+    captured = guards.capture_references(paths=("torch.manual_seed", "torch.cuda.manual_seed"), classes=(),
+                                         own_modules=())
+    ctx = Context(captured, cpu_clock(), "cpu", EvalSettings(seed=42), VerdictDetails(), tmp_path / "c.py")
+    ctx.witness = WitnessWriter(tmp_path / "witness")
+    rot = rotation(sets())
+    rot.seeds = [101, 202, 303]
+    rot.kept = [(2, Product()(*rot.pool[2])), (0, Product()(*rot.pool[0]))]
+    assert _timed_problems(ctx, Product(), rot) == []
+    calls = list(read_witness(tmp_path / "witness"))
+    assert [(c.seed, c.label) for c in calls] == [(303, "a timed call, input set 3"),
+                                                  (101, "a timed call, input set 1")]
+    assert torch.equal(calls[0].leaves[0], Product()(*rot.pool[2]))
 
 
 def test_the_device_is_settled_before_each_refill_and_each_kept_copy():
