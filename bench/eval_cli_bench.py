@@ -50,7 +50,13 @@ def timed_eval(task: Path, candidate: Path, cache: Path) -> dict[str, Any]:
         details = verdict.details
         row.update(stage=verdict.stage.value, ok=verdict.ok, cache_hit=details.build.cache_hit,
                    build_s=details.build.seconds, baseline_cached=details.timing.baseline_cached,
-                   baseline_s=details.timing.baseline_seconds)
+                   baseline_s=details.timing.baseline_seconds, stage_s=dict(details.environment.stage_seconds))
+        # the worker's stages and the judge, whole (their parts are named stage_part: counted once)
+        gpu = sum(v for k, v in details.environment.stage_seconds.items() if "_" not in k)
+        row["gpu_stages_s"] = round(gpu, 2)
+        # what is neither build, baselines nor the GPU stages: the process's start and imports, the
+        # environment checks, a worker start no build hid, the hand-overs
+        row["rest_s"] = round(wall - gpu - (details.build.seconds or 0.0) - (details.timing.baseline_seconds or 0.0), 2)
     except (ValueError, KeyError):
         row["stderr_tail"] = done.stderr[-800:]
     return row

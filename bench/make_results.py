@@ -112,14 +112,14 @@ def breakdown_lines(kevin: dict[str, Any]) -> list[str]:
 
 def eval_cli_lines(result: dict[str, Any]) -> list[str]:
     """bench/eval_cli_bench.py's JSON: one `kevin eval` process per case, sharing a cache."""
-    rows = [["case", "wall", "build", "cache hit", "baselines", "verdict"]]
+    rows = [["case", "wall", "build", "cache hit", "baselines", "GPU stages", "the rest", "verdict"]]
     for case in ("new_task", "new_candidate", "cache_hit"):
         got = result.get(case)
         if got:
             baselines = "reused" if got.get("baseline_cached") else f"measured, {num(got.get('baseline_s'), 1, 's')}"
             rows.append([case.replace("_", " "), num(got.get("wall_s"), 1, "s"), num(got.get("build_s"), 1, "s"),
-                         "yes" if got.get("cache_hit") else "no", baselines,
-                         f"{got.get('stage')} {'ok' if got.get('ok') else 'failed'}"])
+                         "yes" if got.get("cache_hit") else "no", baselines, num(got.get("gpu_stages_s"), 1, "s"),
+                         num(got.get("rest_s"), 1, "s"), f"{got.get('stage')} {'ok' if got.get('ok') else 'failed'}"])
     return ["One `kevin eval` process per case (`bench/eval_cli_bench.py`; targets: a new candidate for a seen "
             "task <= 15 s, a build-cache hit <= 3 s):", ""] + table(rows)
 
