@@ -82,12 +82,16 @@ def accepted(monkeypatch):
     monkeypatch.setattr(stages, "check_provenance", lambda ctx, given: None)
 
 
-def judge(source: str, tmp_path: Path) -> Any:
+def judge(source: str, tmp_path: Path, witness: Path | None = None) -> Any:
     settings = EvalSettings(sandbox="off", correctness_trials=2, timing_trials=20, warmup_trials=2,
                             with_torch_compile=False)
     captured = guards.capture_references(own_modules=())
     ctx = CpuContext(captured, wall_clock(), "cpu", settings, VerdictDetails(), tmp_path / "candidate.py",
                      flush=lambda: None)
+    if witness is not None:
+        from kevin_agent.evaluate.judge_wire import WitnessWriter
+
+        ctx.witness = WitnessWriter(witness)
     task, reference, init_inputs = load_reference(TASK, tmp_path, ctx)
     job = WorkerJob(TASK, source, tmp_path / "result.json", settings, cache_dir=tmp_path / "cache")
     stats = TimingStats(1.0, 1.0, 1.0, 1.0, 0.0, 20, 1.0, 1.0)
@@ -99,7 +103,10 @@ def test_an_honest_answer_is_timed(accepted, tmp_path):
     verdict = judge(HONEST, tmp_path)
     assert (verdict.stage, verdict.ok) == (Stage.TIMING, True), verdict.message
     seconds = verdict.details.environment.stage_seconds  # where a worker's GPU stage goes (issue 20's breakdown)
-    assert list(seconds) == ["load", "correctness", "provenance", "timing"] and min(seconds.values()) >= 0
+    assert [k for k in seconds if "_" not in k] == ["load", "correctness", "provenance", "timing"]
+    assert {k for k in seconds if k.startswith("correctness_")} == {
+        f"correctness_{part}" for part in ("inputs", "poison", "candidate", "copy", "reference", "compare")}
+    assert min(seconds.values()) >= 0
     assert "timed_below_profile" not in [f.name for f in verdict.details.trust.flags]  # no profile: no check
 
 
@@ -125,3 +132,33 @@ def test_an_answer_that_stops_working_after_the_checked_calls_fails(accepted, tm
 def test_a_subclass_output_fails_correctness(accepted, tmp_path):
     verdict = judge(SUBCLASS, tmp_path)
     assert (verdict.stage, verdict.ok) == (Stage.CORRECTNESS, False) and "tensor subclass" in verdict.message
+
+
+def test_the_real_stages_witness_and_the_judge_confirms_them(accepted, tmp_path):
+    """Issue 19 end to end on the CPU: the worker's real stages write the witness (2 trials x 2 runs,
+    the sampled timed calls), the judge's own code (``evaluate.judge.judge``, as its process runs
+    it) confirms every call, and the parent's rule counts the verdict; the counting answer, whose
+    timed calls are stale, fails there too."""
+    import json
+
+    import torch
+
+    from kevin_agent.evaluate.judge import judge as judge_process
+    from kevin_agent.evaluate.judgement import judged_verdict
+
+    verdict = judge(HONEST, tmp_path / "honest", witness=tmp_path / "honest" / "witness")
+    line = json.dumps({"task_source": TASK, "seed": verdict_seed(), "witness": str(tmp_path / "honest" / "witness")})
+    report = judge_process(line, torch.device("cpu"))
+    assert report.error is None and len(report.checked) >= 5 and not any(c.problem for c in report.checked)
+    counted = judged_verdict(verdict, report, verdict_seed(), 2)
+    assert counted.passed and counted.details.correctness.judged_calls == len(report.checked)
+
+    stale = judge(COUNTS, tmp_path / "counts", witness=tmp_path / "counts" / "witness")
+    assert not stale.ok  # the worker's own check of timed calls finds it too
+    line = json.dumps({"task_source": TASK, "seed": verdict_seed(), "witness": str(tmp_path / "counts" / "witness")})
+    report = judge_process(line, torch.device("cpu"))
+    assert any(c.problem and "timed call" in c.label for c in report.checked), report.checked
+
+
+def verdict_seed() -> int:
+    return EvalSettings().seed
