@@ -231,7 +231,8 @@ def test_the_judge_must_confirm_two_runs_of_every_trial_and_a_timed_call() -> No
     assert judged_verdict(passed(), calls([11, 12, 13, 99]), 10, 3).passed
     assert judged_verdict(passed(Stage.PROVENANCE), calls([11, 12, 13]), 10, 3).passed  # untimed: no timed call
     broke_in_timing = Verdict(Stage.TIMING, False, "raised while timed", VerdictDetails())
-    assert judged_verdict(broke_in_timing, calls([11, 12, 13]), 10, 3).message == "raised while timed"
+    confirmed = judged_verdict(broke_in_timing, calls([11, 12, 13]), 10, 3)
+    assert (confirmed.stage, confirmed.ok, confirmed.message) == (Stage.TIMING, False, "raised while timed")
     for report, words in ((calls([11, 12, 99]), "trial 3 (0 of 2 runs)"),
                           (calls([11, 12, 13, 99], runs=1), "trial 1 (1 of 2 runs)"),
                           (calls([11, 12, 13]), "the sampled timed calls"),

@@ -118,4 +118,4 @@ def judged_verdict(verdict: Verdict, report: Optional[JudgeReport], base_seed: i
         return Verdict(Stage.CORRECTNESS, False, feedback.incorrect(text), d)
     d.correctness = dataclasses.replace(d.correctness, judged_calls=len(report.checked))
     d.environment.stage_seconds.update({f"judge_{phase}": s for phase, s in report.seconds.items()})
-    return Verdict(verdict.stage, verdict.passed, verdict.message, d)
+    return dataclasses.replace(verdict, details=d)
