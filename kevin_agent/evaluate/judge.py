@@ -44,7 +44,7 @@ def main() -> int:
         torch.cuda.init()
         torch.empty(1, device=device)  # the context now, while this judge is a spare
     import kevin_agent.evaluate.judge_wire  # what judging needs, imported before any candidate exists
-    import kevin_agent.evaluate.worker.loader  # noqa: F401
+    import kevin_agent.evaluate.worker.context  # noqa: F401
 
     warm_up(device)
     line = sys.stdin.readline()
@@ -98,17 +98,13 @@ def _seed_all(seed: int) -> None:
 
 
 def _load_reference(source: str, seed: int, device: Any) -> tuple[Any, Any]:
-    """As the worker loads it (``worker.context.load_reference``), so the weights are the same."""
-    from kevin_agent.evaluate.worker.correctness import to_device
-    from kevin_agent.evaluate.worker.guards import snapshot
-    from kevin_agent.evaluate.worker.loader import load_module_from_file
+    """As the worker loads it (``worker.context.build_reference``), so the weights are the same."""
+    from kevin_agent.evaluate.worker.context import build_reference
 
     folder = Path(tempfile.mkdtemp(prefix="judge-"))
-    task = load_module_from_file(source, folder / "reference_task.py", "kevin_judge_task")
-    _seed_all(seed)
-    init_inputs = to_device(list(task.get_init_inputs()), device)
-    _seed_all(seed)
-    return task, task.Model(*snapshot(init_inputs)).to(device)
+    task, reference, _ = build_reference(source, folder / "reference_task.py", "kevin_judge_task", _seed_all, seed,
+                                         device)
+    return task, reference
 
 
 def _check_witness(task: Any, reference: Any, witness: Path, device: Any) -> JudgeReport:

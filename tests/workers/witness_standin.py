@@ -19,9 +19,9 @@ import torch
 
 from kevin_agent.evaluate.judge_wire import MAGIC, WitnessWriter
 from kevin_agent.evaluate.judgement import trial_seed
-from kevin_agent.evaluate.worker.correctness import flatten_outputs, make_inputs, to_device
+from kevin_agent.evaluate.worker.context import build_reference
+from kevin_agent.evaluate.worker.correctness import flatten_outputs, make_inputs
 from kevin_agent.evaluate.worker.guards import snapshot
-from kevin_agent.evaluate.worker.loader import load_module_from_file
 
 TIMED_SEED = 987654321
 
@@ -38,11 +38,8 @@ def main() -> None:
     job = json.loads(Path(sys.stdin.readline().strip()).read_text())
     mode = job["candidate_source"].split()[0]
     seed, trials = job["settings"]["seed"], max(1, job["settings"]["correctness_trials"])
-    task = load_module_from_file(job["task_source"], Path(job["scratch_dir"]) / "task.py", "standin_task")
-    torch.manual_seed(seed)
-    init = to_device(list(task.get_init_inputs()), "cpu")
-    torch.manual_seed(seed)
-    reference = task.Model(*snapshot(init))
+    task, reference, _ = build_reference(job["task_source"], Path(job["scratch_dir"]) / "task.py", "standin_task",
+                                         torch.manual_seed, seed, "cpu")
     witness_path = Path(job["witness_path"])
     if mode == "link":
         witness_path.symlink_to(os.environ.get("OUTSIDE_FILE", "/etc/hostname"))

@@ -4,7 +4,7 @@ verdict details being filled, and loading the reference task."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,11 +108,18 @@ def environment_details(device: Any) -> VerdictDetails:
 def load_reference(source: str, scratch: Path, ctx: Context) -> tuple[Any, Any, Any]:
     """(task module, reference Model on the device, init inputs); TaskProblem when it fails."""
     try:
-        task = load_module_from_file(source, scratch / "reference_task.py", "kevin_reference_task")
-        ctx.seed_all(ctx.settings.seed)
-        init_inputs = to_device(list(task.get_init_inputs()), ctx.device)
-        ctx.seed_all(ctx.settings.seed)
-        reference = task.Model(*snapshot(init_inputs)).to(ctx.device)
+        return build_reference(source, scratch / "reference_task.py", "kevin_reference_task", ctx.seed_all,
+                               ctx.settings.seed, ctx.device)
     except Exception as exc:
         raise TaskProblem(describe_exception(exc, scratch / "reference_task.py")) from exc
-    return task, reference, init_inputs
+
+
+def build_reference(source: str, path: Path, module_name: str, seed_all: Callable[[int], object], seed: int,
+                    device: Any) -> tuple[Any, Any, Any]:
+    """(task module, reference Model on ``device``, init inputs): the one construction the worker
+    and the judge process both use, so their weights are the same. Exceptions propagate."""
+    task = load_module_from_file(source, path, module_name)
+    seed_all(seed)
+    init_inputs = to_device(list(task.get_init_inputs()), device)
+    seed_all(seed)
+    return task, task.Model(*snapshot(init_inputs)).to(device), init_inputs
