@@ -21,11 +21,12 @@ import json
 import math
 import os
 import re
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+
+from kevin_agent.evaluate.processes import NotARegularFile, open_child_file
 
 MAGIC = b"KEVIN-WITNESS-1\n"
 MAX_HEADER_BYTES = 64 * 1024
@@ -87,13 +88,12 @@ def write_call(handle: IO[bytes], seed: int, label: str, leaves: list[Any], repe
 
 
 def open_witness(path: Path | str, dir_fd: int | None = None) -> io.BufferedIOBase:
-    """The witness file at ``path`` for reading, never through a link and never a FIFO or device
-    (the folder is one candidate code could write)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise BadWitness("the witness is not a regular file")
-    return io.BufferedReader(io.FileIO(fd, "rb"))
+    """The witness file at ``path`` for reading (``processes.open_child_file``: the folder is one
+    candidate code could write); BadWitness for a FIFO, device or folder."""
+    try:
+        return open_child_file(path, dir_fd)
+    except NotARegularFile as exc:
+        raise BadWitness("the witness is not a regular file") from exc
 
 
 def read_calls(handle: io.BufferedIOBase) -> Iterator[WitnessCall]:

@@ -5,6 +5,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import stat
@@ -90,18 +91,27 @@ def kill_group(proc: subprocess.Popen, wait: bool = True) -> None:
         pass
 
 
+class NotARegularFile(OSError):
+    """A path a child could write names a FIFO, a device, a socket or a folder: never read."""
+
+
+def open_child_file(path: Path | str, dir_fd: int | None = None) -> io.BufferedReader:
+    """A file in a folder a child could write, opened without trusting the path: never through a
+    link (O_NOFOLLOW), never blocking on a FIFO or device (O_NONBLOCK, regular files only).
+    OSError (``NotARegularFile`` for a FIFO, device or folder) when it cannot be read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotARegularFile(f"{path} is not a regular file")
+    return io.BufferedReader(io.FileIO(fd, "rb"))
+
+
 def read_child_file(path: Path, limit: int = 64 * 1024 * 1024, tail: bool = False) -> bytes:
-    """The content of a file in a folder a child could write, read without trusting the path:
-    never through a link (O_NOFOLLOW), never blocking on a FIFO or device (O_NONBLOCK, regular
-    files only), at most ``limit`` bytes (the last ones when ``tail``). OSError when it is not a
-    regular file it can read."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    with open(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(f"{path} is not a regular file")
+    """The content of a file in a folder a child could write (``open_child_file``), at most
+    ``limit`` bytes (the last ones when ``tail``)."""
+    with open_child_file(path) as handle:
         if tail:
-            handle.seek(max(0, info.st_size - limit))
+            handle.seek(max(0, os.fstat(handle.fileno()).st_size - limit))
         return handle.read(limit)
 
 
