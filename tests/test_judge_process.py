@@ -24,11 +24,13 @@ from kevin_agent.evaluate.isolation import DEFAULT_JUDGE_COMMAND, WorkerPool
 from kevin_agent.evaluate.judge_wire import (
     MAGIC,
     BadWitness,
+    SampledLeaf,
     WitnessWriter,
     open_witness,
     read_calls,
     read_witness,
     same_leaves,
+    sample_positions,
     write_call,
 )
 from kevin_agent.evaluate.judgement import CheckedCall, JudgeReport, judged_verdict
@@ -79,6 +81,23 @@ def test_an_honest_witness_is_confirmed_by_the_judge(tmp_path: Path) -> None:
 
 def test_outputs_the_judge_finds_wrong_fail_though_the_worker_said_correct(tmp_path: Path) -> None:
     verdict = run_standin(tmp_path, "wrong")
+    assert not verdict.passed and verdict.stage == Stage.CORRECTNESS
+    assert "judged outside your process" in verdict.message and "elements differ" in verdict.message
+
+
+def test_a_sampled_witness_of_an_honest_answer_is_confirmed(tmp_path: Path) -> None:
+    """Outputs too large to write whole (here every call: a whole-call limit of 256 bytes) travel
+    as 32 of their 128 elements at positions drawn from a seed; the judge draws the same ones."""
+    verdict = run_standin(tmp_path, "sampled")
+    assert verdict.passed and verdict.stage == Stage.TIMING, verdict.message
+    assert verdict.details.correctness.judged_calls == 8
+
+
+@pytest.mark.parametrize("mode", ["sampled-wrong", "sampled-slab"])
+def test_wrong_values_in_a_sampled_witness_fail_in_the_judge(tmp_path: Path, mode: str) -> None:
+    """Every element off, or a run of 16 of 128 elements off (a sample of 32 misses it with
+    probability 0.875**32 = 1.4% per call, in all 4 distinct calls 4e-8)."""
+    verdict = run_standin(tmp_path, mode)
     assert not verdict.passed and verdict.stage == Stage.CORRECTNESS
     assert "judged outside your process" in verdict.message and "elements differ" in verdict.message
 
@@ -319,3 +338,47 @@ def test_the_report_is_taken_without_waiting_for_the_judge_to_exit(tmp_path: Pat
         assert verdict.passed is passes, verdict.message
         if not passes:
             assert "did not finish within 20 s" in verdict.message
+
+
+def test_a_call_too_large_to_write_whole_keeps_a_seeded_sample_of_its_large_outputs(tmp_path: Path) -> None:
+    writer = WitnessWriter(tmp_path / "w", full_call_bytes=256, sample_elements=32)
+    big, small = torch.randn(8, 16), torch.randn(4)
+    writer.record(3, "small call", [torch.randn(16)])  # 64 bytes: whole
+    writer.record(3, "large call", [big, small, 2])  # 528 bytes: the 128-element output sampled
+    files = sorted((tmp_path / "w").iterdir())
+    assert files[1].stat().st_size < 400  # 32 + 4 floats and headers, not 132 floats (528 bytes)
+    whole, sampled = list(read_witness(tmp_path / "w"))
+    assert isinstance(whole.leaves[0], torch.Tensor) and whole.leaves[0].shape == (16,)
+    leaf = sampled.leaves[0]
+    assert isinstance(leaf, SampledLeaf) and leaf.shape == [8, 16] and leaf.values.shape == (32,)
+    assert torch.equal(leaf.values, big.reshape(-1)[sample_positions(leaf.seed, 128, 32, "cpu")])
+    assert torch.equal(sampled.leaves[1], small) and sampled.leaves[2] == 2
+    again = WitnessWriter(tmp_path / "v", full_call_bytes=256, sample_elements=32)
+    again.record(3, "large call", [big])
+    assert next(iter(read_witness(tmp_path / "v"))).leaves[0].seed != leaf.seed  # a fresh seed per call
+
+
+def test_sample_positions_depend_on_the_seed_alone() -> None:
+    first = sample_positions(5, 1000, 50, "cpu")
+    assert torch.equal(first, sample_positions(5, 1000, 50, "cpu"))
+    assert not torch.equal(first, sample_positions(6, 1000, 50, "cpu"))
+    assert int(first.min()) >= 0 and int(first.max()) < 1000
+
+
+def sampled_header(sample: object) -> bytes:
+    leaf = {"dtype": "float32", "shape": [4, 4], "sample": sample}
+    return MAGIC + header({"seed": 7, "label": "x", "leaves": [leaf]}) + bytes(64)
+
+
+@pytest.mark.parametrize(("sample", "words"), [
+    ({"seed": 1, "count": 16}, "keeps 16 of its 16 elements"),
+    ({"seed": 1, "count": 0}, "keeps 0 of its 16 elements"),
+    ({"seed": -1, "count": 4}, "integer seed and count"),
+    ({"seed": 1 << 64, "count": 4}, "integer seed and count"),
+    ({"seed": "1", "count": 4}, "integer seed and count"),
+    ({"seed": 1, "count": 4.0}, "integer seed and count"),
+    ([1, 4], "integer seed and count"),
+])
+def test_a_malformed_sample_is_refused(tmp_path: Path, sample: object, words: str) -> None:
+    with pytest.raises(BadWitness, match=words):
+        read_all(io.BytesIO(sampled_header(sample)), tmp_path)

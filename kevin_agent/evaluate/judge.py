@@ -110,7 +110,7 @@ def _load_reference(source: str, seed: int, device: Any) -> tuple[Any, Any]:
 def _check_witness(task: Any, reference: Any, witness: Path, device: Any) -> JudgeReport:
     import torch
 
-    from kevin_agent.evaluate.judge_wire import BadWitness, read_witness
+    from kevin_agent.evaluate.judge_wire import BadWitness, SampledLeaf, read_witness
     from kevin_agent.evaluate.worker.correctness import (
         CorrectnessHarness,
         Fp64Reference,
@@ -145,10 +145,11 @@ def _check_witness(task: Any, reference: Any, witness: Path, device: Any) -> Jud
                 continue
             _seed_all(call.seed)
             inputs = make_inputs(task.get_inputs, device)
-            got = [to_device(leaf, device) for leaf in call.leaves]
+            got = [leaf.values.to(device) if isinstance(leaf, SampledLeaf) else to_device(leaf, device)
+                   for leaf in call.leaves]
             synchronize()
             mark = spent("inputs", mark)
-            problems = check_outputs(harness, inputs, got, call.label)
+            problems = check_outputs(harness, inputs, got, call.label, select=_sample_selector(call.leaves))
             report.checked.append(CheckedCall(call.seed, call.label, problems[0] if problems else None))
             mark = spent("compare", mark)
     except (OSError, BadWitness) as exc:
@@ -156,6 +157,28 @@ def _check_witness(task: Any, reference: Any, witness: Path, device: Any) -> Jud
     except Exception as exc:  # the reference failing on an input set it ran on in the worker
         report.error = f"the judge's reference run failed ({type(exc).__name__}: {str(exc)[:300]})"
     return report
+
+
+def _sample_selector(leaves: list[Any]) -> Any:
+    """For a call with sampled leaves: ``select(index, reference_leaf)``, the reference leaf at the
+    positions the witness's sample seed draws (a leaf of another shape is left whole, so the
+    comparison reports the shapes); None when every leaf was written whole."""
+    import torch
+
+    from kevin_agent.evaluate.judge_wire import SampledLeaf, sample_positions
+
+    sampled = {i: leaf for i, leaf in enumerate(leaves) if isinstance(leaf, SampledLeaf)}
+    if not sampled:
+        return None
+
+    def select(index: int, full: Any) -> Any:
+        leaf = sampled.get(index)
+        if leaf is None or not isinstance(full, torch.Tensor) or list(full.shape) != leaf.shape:
+            return full
+        flat = full.reshape(-1)
+        return flat[sample_positions(leaf.seed, flat.numel(), leaf.values.numel(), flat.device)]
+
+    return select
 
 
 if __name__ == "__main__":

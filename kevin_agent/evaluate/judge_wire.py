@@ -10,7 +10,11 @@ Layout: a folder of one file per call (``call-NNN.bin``, so no file outgrows the
 per-file limit), each ``MAGIC``, a 4-byte big-endian header length, the header, the bytes. A run
 whose outputs equal the previous call's of its seed (a trial's second run, usually) is a header
 that says ``repeat`` and no bytes: a claim no weaker than the bytes, both being written by
-the candidate's process.
+the candidate's process. A call whose outputs hold more than ``FULL_CALL_BYTES`` keeps each large
+leaf as a sample (``SampledLeaf``): ``SAMPLE_ELEMENTS`` of its elements at positions drawn from a
+seed of ``os.urandom`` taken after the call returned, which the header carries and the judge draws
+again (``sample_positions``). So a task whose outputs are gigabytes fits the sandbox's disk and
+per-file limits, and the judge still compares values it chose no way to predict.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ MAX_HEADER_BYTES = 64 * 1024
 MAX_CALLS = 64
 MAX_LEAVES = 256
 MAX_DIMS = 12
+FULL_CALL_BYTES = 64 * 1024 * 1024  # a call's outputs up to this size are written whole
+SAMPLE_ELEMENTS = 4 * 1024 * 1024  # beyond it, each leaf of more elements keeps this many
+SAMPLE_SEED_LIMIT = 1 << 63
 # the dtypes an output may have, by name (a name outside this list is refused, never looked up)
 DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8",
                "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2")
@@ -48,8 +55,40 @@ class WitnessCall:
 
     seed: int
     label: str
-    leaves: list[Any]  # CPU tensors and plain scalars, in ``flatten_outputs`` order
+    leaves: list[Any]  # CPU tensors, SampledLeaf and plain scalars, in ``flatten_outputs`` order
     repeat: bool = False  # the same outputs as the previous call (no leaves)
+
+
+@dataclass(frozen=True)
+class SampledLeaf:
+    """A large output leaf of ``shape``, kept as ``values`` (1-D): its flattened elements at
+    ``sample_positions(seed, numel, len(values))``."""
+
+    shape: list[int]
+    seed: int
+    values: Any
+
+
+def sample_positions(seed: int, numel: int, count: int, device: Any) -> Any:
+    """``count`` positions in ``range(numel)`` drawn from ``seed`` on ``device``; the same in every
+    process of one machine (the worker and the judge draw them on the same kind of device)."""
+    import torch
+
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    return torch.randint(0, numel, (count,), generator=generator, device=device)
+
+
+def sampling_plan(leaves: list[Any], full_call_bytes: int, sample_elements: int) -> dict[int, int]:
+    """Leaf index -> sample seed for the leaves a call keeps as samples: none when its tensors hold
+    at most ``full_call_bytes``, else every tensor of more than ``sample_elements`` elements."""
+    import torch
+
+    tensors = [(i, x) for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
+    if sum(x.numel() * x.element_size() for _, x in tensors) <= full_call_bytes:
+        return {}
+    return {i: int.from_bytes(os.urandom(8), "big") % SAMPLE_SEED_LIMIT
+            for i, x in tensors if x.numel() > sample_elements}
 
 
 def _dtype(name: str) -> Any:
@@ -60,30 +99,42 @@ def _dtype(name: str) -> Any:
     return getattr(torch, name)
 
 
-def _leaf_header(leaf: Any) -> dict[str, Any]:
+def _leaf_header(leaf: Any, sample: tuple[int, int] | None = None) -> dict[str, Any]:
     import torch
 
     if isinstance(leaf, torch.Tensor):
-        return {"dtype": str(leaf.dtype).replace("torch.", ""), "shape": [int(d) for d in leaf.shape]}
+        header: dict[str, Any] = {"dtype": str(leaf.dtype).replace("torch.", ""),
+                                  "shape": [int(d) for d in leaf.shape]}
+        if sample is not None:
+            header["sample"] = {"seed": sample[0], "count": sample[1]}
+        return header
     if isinstance(leaf, complex):
         return {"complex": [leaf.real, leaf.imag]}
     return {"scalar": leaf}
 
 
-def write_call(handle: IO[bytes], seed: int, label: str, leaves: list[Any], repeat: bool = False) -> None:
-    """Append one call: its header, then each tensor leaf's bytes (copied to the host, contiguous);
-    a ``repeat`` is its header alone."""
+def write_call(handle: IO[bytes], seed: int, label: str, leaves: list[Any], repeat: bool = False,
+               samples: dict[int, int] | None = None, sample_elements: int = SAMPLE_ELEMENTS) -> None:
+    """Append one call: its header, then each tensor leaf's bytes (copied to the host, contiguous;
+    a leaf in ``samples``, index -> seed, as ``sample_elements`` of its elements); a ``repeat`` is
+    its header alone."""
     import torch
 
     if repeat:
         header = json.dumps({"seed": seed, "label": label, "leaves": [], "repeat": True}).encode()
         handle.write(len(header).to_bytes(4, "big") + header)
         return
-    header = json.dumps({"seed": seed, "label": label, "leaves": [_leaf_header(x) for x in leaves]}).encode()
+    samples = samples or {}
+    described = [_leaf_header(x, (samples[i], sample_elements) if i in samples else None)
+                 for i, x in enumerate(leaves)]
+    header = json.dumps({"seed": seed, "label": label, "leaves": described}).encode()
     handle.write(len(header).to_bytes(4, "big") + header)
-    for leaf in leaves:
+    for index, leaf in enumerate(leaves):
         if isinstance(leaf, torch.Tensor) and leaf.numel():
-            host = leaf.detach().contiguous().cpu()
+            kept = leaf.detach()
+            if index in samples:
+                kept = kept.reshape(-1)[sample_positions(samples[index], kept.numel(), sample_elements, kept.device)]
+            host = kept.contiguous().cpu()
             handle.write((ctypes.c_char * (host.numel() * host.element_size())).from_address(host.data_ptr()))
 
 
@@ -168,15 +219,30 @@ def _read_leaf(handle: io.BufferedIOBase, leaf: Any, file_size: int) -> Any:
     if not (isinstance(shape, list) and len(shape) <= MAX_DIMS and all(type(d) is int and d >= 0 for d in shape)):
         raise BadWitness("an output's shape is not a short list of sizes")
     count = math.prod(shape)
-    nbytes = count * torch.empty((), dtype=dtype).element_size()
+    sample = _sample_of(leaf.get("sample"), count)
+    kept = sample[1] if sample else count
+    nbytes = kept * torch.empty((), dtype=dtype).element_size()
     if nbytes > file_size - handle.tell():
         raise BadWitness(f"an output claims {nbytes} bytes, more than the witness holds")
-    if count == 0:
+    if kept == 0:
         return torch.empty(shape, dtype=dtype)
     data = bytearray(nbytes)
     if handle.readinto(data) != nbytes:
         raise BadWitness("the witness ends inside an output")
-    return torch.frombuffer(data, dtype=dtype).reshape(shape)
+    values = torch.frombuffer(data, dtype=dtype)
+    return SampledLeaf(list(shape), sample[0], values) if sample else values.reshape(shape)
+
+
+def _sample_of(raw: Any, numel: int) -> tuple[int, int] | None:
+    """(seed, count) of a sampled leaf's header, checked; None for a leaf written whole."""
+    if raw is None:
+        return None
+    seed, count = (raw.get("seed"), raw.get("count")) if isinstance(raw, dict) else (None, None)
+    if type(seed) is not int or type(count) is not int or not 0 <= seed < SAMPLE_SEED_LIMIT:
+        raise BadWitness("an output's sample lacks an integer seed and count")
+    if not 0 < count < numel:
+        raise BadWitness(f"an output's sample keeps {count} of its {numel} elements")
+    return seed, count
 
 
 class WitnessWriter:
@@ -184,8 +250,10 @@ class WitnessWriter:
     failed write (a full disk, a file too large for the sandbox) ends the witness, and the judge
     then lacks those calls (it says so; the verdict fails closed)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, full_call_bytes: int = FULL_CALL_BYTES,
+                 sample_elements: int = SAMPLE_ELEMENTS) -> None:
         self.folder = folder
+        self.full_call_bytes, self.sample_elements = full_call_bytes, sample_elements
         self.broken: str | None = None
         self.count = 0
         self.previous: tuple[int, list[Any]] | None = None
@@ -201,7 +269,9 @@ class WitnessWriter:
         try:
             with open(self.folder / f"call-{self.count:03d}.bin", "xb") as handle:
                 handle.write(MAGIC)
-                write_call(handle, seed, label, leaves, repeat=repeat)
+                plan = {} if repeat else sampling_plan(leaves, self.full_call_bytes, self.sample_elements)
+                write_call(handle, seed, label, leaves, repeat=repeat, samples=plan,
+                           sample_elements=self.sample_elements)
         except (OSError, ValueError) as exc:  # ValueError: a closed file
             self.broken = f"the witness could not be written: {exc}"
             return

@@ -41,7 +41,8 @@ STYLES = {  # candidate -> task
     "style_half": "half_gelu", "style_shared_cub": "row_sum", "style_cooperative_groups": "row_sum",
     "style_two_extensions": "add_scale",
 }
-HONEST = {"honest_split_k_atomics": "mm", "honest_relaid_weights": "linear"}  # issue 19's look-alikes
+HONEST = {"honest_split_k_atomics": "mm", "honest_relaid_weights": "linear",  # issue 19's look-alikes
+          "honest_bandwidth_limit": "scale_relu_big"}
 PARTIAL = ("partial_cudnn_epilogue", "partial_token_fallback", "partial_compile_fallback")
 FP64 = ("matmul_other_order", "matmul_tf32_inputs", "prod_flush_to_zero")
 KB_EXAMPLES = ("add", "fuse_gelu", "tiled_matmul", "flash_attn", "mnist2")
@@ -216,13 +217,18 @@ def test_style_own_kernels_pass_partial(worker_pool, prov_cache, name):
 @pytest.mark.parametrize("name", sorted(HONEST))
 def test_honest_look_alikes_pass_both_policies(worker_pool, prov_cache, name, policy):
     """Issue 19: what an honest answer may do that a cheat also does (atomics into an output torch
-    zeroed; weights laid out again once in ``__init__``) is not rejected, and the judge outside the
-    process confirms its checked calls."""
+    zeroed; weights laid out again once in ``__init__``; a speed near the memory bandwidth, with
+    512 MiB outputs the witness keeps as seeded samples) is not rejected, the judge outside the
+    process confirms its checked calls, and nothing flags it as untrusted."""
     verdict, result = run(worker_pool, prov_cache, prov_task(HONEST[name]), prov_candidate(name),
                           f"honest/{name}/{policy}", policy=policy)
+    timing = verdict.details.timing
+    log_record({"event": "honest", "label": name, "policy": policy, "sol_fraction": timing.sol_fraction,
+                "speedup_vs_eager": timing.speedup_vs_eager})
     assert (verdict.stage, verdict.ok) == (Stage.TIMING, True), describe(verdict, result)
     assert verdict.details.provenance.ok, verdict.details.provenance.reasons
     assert (verdict.details.correctness.judged_calls or 0) >= 7, verdict.details.correctness  # 3 trials x 2 + 1
+    assert verdict.trust_flags() == [], verdict.trust_flags()
 
 
 def test_style_two_extensions_count_both_as_own(worker_pool, prov_cache):

@@ -5,7 +5,10 @@ always claims a passing TIMING verdict, as candidate code that tampered with the
 checks would. What it writes into the witness comes from the job's candidate source (its first
 word): honest (the reference's outputs for the trial seeds and one timed seed), wrong (those plus
 0.5), partial (only the first trial), none (no witness), link (the witness replaced by a link to
-a file outside the job folder), lie (a header that claims more bytes than the file holds).
+a file outside the job folder), lie (a header that claims more bytes than the file holds); and
+with every call kept as a sample (a writer whose whole-call limit is 256 bytes: 32 of the 128
+elements), sampled (honest), sampled-wrong (every element off by 0.5), sampled-slab (the
+reference's outputs but for one run of 16 elements in a row, off by 0.5).
 """
 
 from __future__ import annotations
@@ -49,12 +52,17 @@ def main() -> None:
         witness_path.mkdir()
         (witness_path / "call-000.bin").write_bytes(MAGIC + len(header).to_bytes(4, "big") + header + b"\0" * 64)
     elif mode != "none":
-        writer = WitnessWriter(witness_path)
-        shift = 0.5 if mode == "wrong" else 0.0
+        sampled = mode.startswith("sampled")
+        writer = WitnessWriter(witness_path, full_call_bytes=256, sample_elements=32) if sampled \
+            else WitnessWriter(witness_path)
+        shift = 0.5 if mode in ("wrong", "sampled-wrong") else 0.0
         seeds = [trial_seed(seed, t) for t in range(1 if mode == "partial" else trials)] + [TIMED_SEED]
         for s in seeds:
             for run in ("first", "second"):
-                writer.record(s, f"{run} run, seed {s}", [o + shift for o in reference_outputs(task, reference, s)])
+                outputs = [o + shift for o in reference_outputs(task, reference, s)]
+                if mode == "sampled-slab":
+                    outputs[0].view(-1)[40:56] += 0.5
+                writer.record(s, f"{run} run, seed {s}", outputs)
     verdict = {"stage": "timing", "ok": True, "message": "Your answer was correct, with a speedup of 2.00x",
                "details": {"speedup_vs_eager": 2.0, "gpu_name": "stand-in"}}
     tmp = job["result_path"] + ".tmp"

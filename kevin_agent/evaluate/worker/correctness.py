@@ -540,9 +540,11 @@ def _compare_runs(h: CorrectnessHarness, inputs: Any, expected: Any, runs: Seque
     return problems
 
 
-def check_outputs(h: CorrectnessHarness, inputs: Any, got: Any, where: str) -> list[str]:
+def check_outputs(h: CorrectnessHarness, inputs: Any, got: Any, where: str,
+                  select: Callable[[int, Any], Any] | None = None) -> list[str]:
     """A kept output of a timed call (a private copy) against the reference on the same inputs:
-    both gates, as in a correctness trial; the problems found."""
+    both gates, as in a correctness trial; the problems found. ``select(index, leaf)`` narrows each
+    reference leaf (and its float64 run) to what ``got`` holds of it (the judge's sampled leaves)."""
     import torch
 
     with torch.no_grad():
@@ -551,8 +553,10 @@ def check_outputs(h: CorrectnessHarness, inputs: Any, got: Any, where: str) -> l
     expected_leaves, got_leaves = flatten_outputs(expected), flatten_outputs(got)
     if len(got_leaves) != len(expected_leaves):
         return [f"forward returned {len(got_leaves)} outputs, expected {len(expected_leaves)} ({where})"]
+    if select is not None:
+        expected_leaves = [select(index, leaf) for index, leaf in enumerate(expected_leaves)]
     result = CorrectnessResult(ok=True, message="", trials_passed=0, trials_total=0)
-    fp64 = _Fp64Leaves(h, inputs, len(expected_leaves), wanted=False)
+    fp64 = _Fp64Leaves(h, inputs, len(expected_leaves), wanted=False, select=select)
     problems = []
     for index, (exp, out) in enumerate(zip(expected_leaves, got_leaves, strict=True)):
         problem = _check_leaf(index, exp, out, fp64, result)
@@ -585,8 +589,9 @@ class _Fp64Leaves:
     """The float64 run's output leaves for one trial, computed at most once and only when asked
     (or on the first trial, so that eager's own error is reported)."""
 
-    def __init__(self, h: CorrectnessHarness, inputs: Any, count: int, wanted: bool) -> None:
-        self.h, self.inputs, self.count = h, inputs, count
+    def __init__(self, h: CorrectnessHarness, inputs: Any, count: int, wanted: bool,
+                 select: Callable[[int, Any], Any] | None = None) -> None:
+        self.h, self.inputs, self.count, self.select = h, inputs, count, select
         self.leaves: list[Any] | None = None
         self.done = False
         if wanted:
@@ -605,7 +610,9 @@ class _Fp64Leaves:
         if not required and not self.done:
             return None
         leaves = self.get()
-        return leaves[index] if leaves is not None else None
+        if leaves is None:
+            return None
+        return self.select(index, leaves[index]) if self.select is not None else leaves[index]
 
 
 def _check_leaf(index: int, exp: Any, out: Any, fp64: _Fp64Leaves, result: CorrectnessResult) -> str | None:
