@@ -14,7 +14,7 @@ the candidate's process. A call whose outputs hold more than ``FULL_CALL_BYTES``
 leaf as a sample (``SampledLeaf``): ``SAMPLE_ELEMENTS`` of its elements at positions drawn from a
 seed of ``os.urandom`` taken after the call returned, which the header carries and the judge draws
 again (``sample_positions``). So a task whose outputs are gigabytes fits the sandbox's disk and
-per-file limits, and the judge still compares values it chose no way to predict.
+per-file limits, and the candidate cannot know beforehand which of its values are compared.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ MAX_HEADER_BYTES = 64 * 1024
 MAX_CALLS = 64
 MAX_LEAVES = 256
 MAX_DIMS = 12
-FULL_CALL_BYTES = 64 * 1024 * 1024  # a call's outputs up to this size are written whole
-SAMPLE_ELEMENTS = 4 * 1024 * 1024  # beyond it, each leaf of more elements keeps this many
+FULL_CALL_BYTES = 16 * 1024 * 1024  # a call's outputs up to this size are written whole
+SAMPLE_ELEMENTS = 1024 * 1024  # beyond it, each leaf of more elements keeps this many
 SAMPLE_SEED_LIMIT = 1 << 63
 # the dtypes an output may have, by name (a name outside this list is refused, never looked up)
 DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8",
