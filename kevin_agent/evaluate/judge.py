@@ -149,7 +149,7 @@ def _check_witness(task: Any, reference: Any, witness: Path, device: Any) -> Jud
                    for leaf in call.leaves]
             synchronize()
             mark = spent("inputs", mark)
-            problems = check_outputs(harness, inputs, got, call.label, select=_sample_selector(call.leaves))
+            problems = check_outputs(harness, inputs, got, call.label, select=_sample_selector(call.leaves, device))
             report.checked.append(CheckedCall(call.seed, call.label, problems[0] if problems else None))
             mark = spent("compare", mark)
     except (OSError, BadWitness) as exc:
@@ -159,10 +159,13 @@ def _check_witness(task: Any, reference: Any, witness: Path, device: Any) -> Jud
     return report
 
 
-def _sample_selector(leaves: list[Any]) -> Any:
+def _sample_selector(leaves: list[Any], device: Any) -> Any:
     """For a call with sampled leaves: ``select(index, reference_leaf)``, the reference leaf at the
-    positions the witness's sample seed draws (a leaf of another shape is left whole, so the
-    comparison reports the shapes); None when every leaf was written whole."""
+    positions the witness's sample seed draws (drawn once per leaf, for the reference and its
+    float64 run alike; a leaf of another shape is left whole, so the comparison reports the
+    shapes); None when every leaf was written whole."""
+    import math
+
     import torch
 
     from kevin_agent.evaluate.judge_wire import SampledLeaf, sample_positions
@@ -170,13 +173,14 @@ def _sample_selector(leaves: list[Any]) -> Any:
     sampled = {i: leaf for i, leaf in enumerate(leaves) if isinstance(leaf, SampledLeaf)}
     if not sampled:
         return None
+    positions = {i: sample_positions(leaf.seed, math.prod(leaf.shape), leaf.values.numel(), device)
+                 for i, leaf in sampled.items()}
 
     def select(index: int, full: Any) -> Any:
         leaf = sampled.get(index)
         if leaf is None or not isinstance(full, torch.Tensor) or list(full.shape) != leaf.shape:
             return full
-        flat = full.reshape(-1)
-        return flat[sample_positions(leaf.seed, flat.numel(), leaf.values.numel(), flat.device)]
+        return full.reshape(-1)[positions[index]]
 
     return select
 
