@@ -10,7 +10,10 @@ import functools
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kevin_agent.evaluate.isolation import WorkerResult
 
 REPO = Path(__file__).resolve().parents[2]
 KERNELS = REPO / "tests" / "fixtures" / "kernels"
@@ -80,8 +83,8 @@ def log_record(record: dict[str, Any]) -> None:
             handle.write(json.dumps(record) + "\n")
 
 
-def run_job(pool: Any, cache_dir: Path, task: str, candidate: str, label: str, **settings: Any) -> Any:
-    """One job in a fresh worker; returns isolation.WorkerResult (verdict, returncode, stderr)."""
+def run_job(pool: Any, cache_dir: Path, task: str, candidate: str, label: str, **settings: Any) -> WorkerResult:
+    """One job in a fresh worker: its WorkerResult (verdict, returncode, stderr)."""
     from kevin_agent.evaluate.api import EvalSettings
     from kevin_agent.evaluate.protocol import WorkerJob
 
