@@ -296,6 +296,13 @@ ACCEPTED: list[tuple[str, str]] = [
     ("imported Module base", make(header="from torch.nn import Module", bases="Module")),
     ("launch_bounds kernel",
      make(wrapper="__global__ void __launch_bounds__(256) other_kernel(float* y) { y[0] = 1.f; }\n")),
+    ("kernel launched as a CUDA graph node",
+     make(cuda=GOOD_CUDA.replace(
+         "scale_kernel<<<(n + threads - 1) / threads, threads>>>(x_c.data_ptr<float>(), y.data_ptr<float>(), n);",
+         "cudaGraph_t g; cudaGraphExec_t e; cudaGraphNode_t node; cudaKernelNodeParams p = {};\n"
+         "    p.func = (void*)scale_kernel;\n    cudaGraphCreate(&g, 0);\n"
+         "    cudaGraphAddKernelNode(&node, g, nullptr, 0, &p);\n    cudaGraphInstantiate(&e, g, 0);\n"
+         "    cudaGraphLaunch(e, 0);"))),
     ("kernel declared then defined", make(wrapper="__global__ void late_kernel(float* y);\n"
                                                   "__global__ void late_kernel(float* y) { y[threadIdx.x] = 0.f; }\n")),
     ("cudaLaunchKernel launch", make(cuda=GOOD_CUDA.replace(

@@ -39,9 +39,10 @@ REDTEAM_ATTACKS: tuple[Attack, ...] = (
     Attack("parent_cwd", "list the parent's working folder through /proc/<ppid>/cwd",
            "os.listdir('/proc/%d/cwd' % T['parent_pid'])"),
 )
-# errno the confined attack ends with (a pid outside the namespace is no such process: ENOENT)
-REFUSED = {"inotify_home": (13, 1), "fanotify_home": (13, 1), "hardlink_home": (13, 18),
-           "read_other_entry": (13,), "write_pch": (13,), "parent_cwd": (2, 13)}
+# errno the confined attack ends with (a pid outside the namespace is no such process: ENOENT; a
+# path in a hidden folder is not there at all: ENOENT, where Landlock alone answered EACCES)
+REFUSED = {"inotify_home": (13, 1, 2), "fanotify_home": (13, 1, 2), "hardlink_home": (13, 18, 2),
+           "read_other_entry": (13, 2), "write_pch": (13, 2), "parent_cwd": (2, 13)}
 
 
 def redteam_run(entry: str, attack: Attack, confined: bool, world: dict, tmp_path: Path) -> dict:  # noqa: F811
@@ -278,16 +279,32 @@ def test_incbin_of_a_home_file_in_host_asm_is_refused(secret_home: Path, tmp_pat
 
 
 @needs_gxx
-def test_has_include_of_a_hidden_file_reads_nothing(secret_home: Path, tmp_path: Path) -> None:
-    """__has_include opens the file: confined, the open is refused and the compile stops with
-    'Permission denied' (a missing file reads ABSENT): the content never leaks, the existence does,
-    as stat() of a hidden path does (docs/sandbox.md, 'What is not confined')."""
+def test_has_include_cannot_tell_a_hidden_file_from_a_missing_one(secret_home: Path, tmp_path: Path) -> None:
+    """__has_include opens the file. Landlock alone refused that open with EACCES ('Permission
+    denied', where a missing file reads ABSENT), so the compile told whether a hidden file existed.
+    The compile child sees the user's folders as empty (namespaces.hide_folders): the hidden file
+    reads ABSENT, exactly as a missing one; the control (unconfined) finds it."""
     probe = "#if __has_include(\"{}\")\n#error FOUND\n#else\n#error ABSENT\n#endif\n"
     status, output, _ = _gxx_confined(probe.format(secret_home / "secret"), tmp_path, confined=False)
     assert "FOUND" in output  # control: unconfined, the probe sees the file
-    status, output, _ = _gxx_confined(probe.format(secret_home / "secret"), tmp_path, confined=True)
-    assert status != 0 and "FOUND" not in output and "TOP-SECRET-LINE" not in output, output[-1500:]
-    assert "secret: Permission denied" in output
+    (tmp_path / "confined").mkdir()
+    status, hidden, _ = _gxx_confined(probe.format(secret_home / "secret"), tmp_path / "confined", confined=True)
+    (tmp_path / "missing").mkdir()
+    _, missing, _ = _gxx_confined(probe.format(secret_home / "no-such-file"), tmp_path / "missing", confined=True)
+    assert status != 0 and "#error ABSENT" in hidden and "FOUND" not in hidden, hidden[-1500:]
+    assert "Permission denied" not in hidden and "TOP-SECRET-LINE" not in hidden
+    assert hidden == missing  # nothing tells the two apart
+
+
+@needs_gxx
+def test_include_of_a_hidden_file_reads_as_missing(secret_home: Path, tmp_path: Path) -> None:
+    """``#include`` of a hidden file fails as for a file that does not exist (the control reads it)."""
+    status, output, obj = _gxx_confined(f'#include "{secret_home / "secret"}"\n', tmp_path, confined=False)
+    assert "TOP-SECRET-LINE" in output  # control: the secret line is compiled (and quoted in the error)
+    (tmp_path / "confined").mkdir()
+    status, output, _ = _gxx_confined(f'#include "{secret_home / "secret"}"\n', tmp_path / "confined",
+                                      confined=True)
+    assert status != 0 and "No such file or directory" in output and "TOP-SECRET-LINE" not in output, output
 
 
 @needs_gxx
@@ -386,7 +403,8 @@ def test_torch_load_of_a_home_source_reached_by_aliasing_is_refused_in_the_recor
             record_in_child(code.replace("MODE", mode), timeout_s=600, sandbox=mode)
         messages[mode] = str(caught.value)
     assert (tmp_path / "bd-off").exists() and "secret.cpp" in messages["off"]  # control: it compiled the file
-    assert "PermissionError: [Errno 13]" in messages["required"] and "TOP-SECRET-LINE" not in messages["required"]
+    refused = ("PermissionError: [Errno 13]", "FileNotFoundError: [Errno 2]")  # Landlock, or the hidden home
+    assert any(r in messages["required"] for r in refused) and "TOP-SECRET-LINE" not in messages["required"]
     assert not (tmp_path / "bd-required").exists()
 
 

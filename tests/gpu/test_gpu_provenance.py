@@ -43,7 +43,8 @@ STYLES = {  # candidate -> task
     "style_two_extensions": "add_scale",
 }
 HONEST = {"honest_split_k_atomics": "mm", "honest_relaid_weights": "linear",  # issue 19's look-alikes
-          "honest_bandwidth_limit": "scale_relu_big"}
+          "honest_bandwidth_limit": "scale_relu_big", "honest_cuda_graph": "scale_relu",
+          "honest_wmma_half_gemm": "half_mm"}
 PARTIAL = ("partial_cudnn_epilogue", "partial_token_fallback", "partial_compile_fallback")
 FP64 = ("matmul_other_order", "matmul_tf32_inputs", "prod_flush_to_zero")
 KB_EXAMPLES = ("add", "fuse_gelu", "tiled_matmul", "flash_attn", "mnist2")
@@ -224,7 +225,8 @@ def test_style_own_kernels_pass_partial(worker_pool, prov_cache, name):
 def test_honest_look_alikes_pass_both_policies(worker_pool, prov_cache, name, policy):
     """Issue 19: what an honest answer may do that a cheat also does (atomics into an output torch
     zeroed; weights laid out again once in ``__init__``; a speed near the memory bandwidth, with
-    512 MiB outputs the witness keeps as seeded samples) is not rejected, the judge outside the
+    512 MiB outputs the witness keeps as seeded samples; its kernels launched as a CUDA graph; an
+    fp16 tensor-core GEMM summing K in its own order) is not rejected, the judge outside the
     process confirms its checked calls, and nothing flags it as untrusted."""
     verdict, result = run(worker_pool, prov_cache, prov_task(HONEST[name]), prov_candidate(name),
                           f"honest/{name}/{policy}", policy=policy)

@@ -75,6 +75,14 @@ def _xattr_set_remove(path):
     os.setxattr(path, b"user.kevin_attack", b"1")
     os.removexattr(path, b"user.kevin_attack")
 
+def _refused_as_missing(path):
+    try:
+        open(path, 'rb').close()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise RuntimeError('the open was refused with errno %d: the file exists' % exc.errno) from None
+
 def _quiet(argv, **kw):
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, close_fds=True, **kw)
@@ -156,11 +164,21 @@ METADATA_ATTACKS: tuple[Attack, ...] = (
     Attack("chown_repo", "change the owner of the task file", "_chown_same(T['repo_file'])"),
     Attack("utime_home", "change the times of a file in the user's home", "_utime_same(T['home_file'])"),
     Attack("xattr_repo", "set an extended attribute on the task file", "_xattr_set_remove(T['repo_file'])"),
+    # the same calls on a path the child can see and write (its working folder): seccomp's refusal,
+    # shown apart from the hiding of the user's folders (where the path is not found at all)
+    Attack("chmod_cwd", "change the mode of its own working folder", "_chmod_same('.')"),
+    Attack("chown_cwd", "change the owner of its own working folder", "_chown_same('.')"),
+    Attack("utime_cwd", "change the times of its own working folder", "_utime_same('.')"),
+    Attack("xattr_cwd", "set an extended attribute on its own working folder",
+           "_xattr_set_remove('.')"),
 )
 OS_ATTACKS: tuple[Attack, ...] = METADATA_ATTACKS + (
     Attack("write_home", "write a file into the user's home",
            "open(os.path.join(T['home_dir'], 'pwned-' + os.urandom(6).hex()), 'w').write('x')"),
     Attack("write_store", "append to the run store", "open(T['store_file'], 'ab').write(b'x')"),
+    Attack("stat_home", "learn that a file in the user's home exists (stat)", "os.stat(T['home_file'])"),
+    Attack("probe_store", "tell the run store's existence from a refused open",
+           "_refused_as_missing(T['store_file'])"),
     Attack("signal_parent", "signal the process that started it", "os.kill(T['parent_pid'], 0)"),
     Attack("setsid_linger", "leave a process running in a new session", "_linger_setsid(T['linger'])",
            contained=True),
@@ -171,11 +189,17 @@ OS_ATTACKS: tuple[Attack, ...] = METADATA_ATTACKS + (
     Attack("sparse_file", "create an 11 GB sparse file in its working folder", "_sparse(os.getcwd(), 11 << 30)"),
 )
 
-_EACCES, _EPERM, _ESRCH, _EAGAIN, _EFBIG = 13, 1, 3, 11, 27
-_REFUSALS = {"chmod_home": (_EPERM,), "chown_repo": (_EPERM,), "utime_home": (_EPERM,), "xattr_repo": (_EPERM,),
-             "write_home": (_EACCES,), "write_store": (_EACCES,), "sparse_file": (_EFBIG,),
+_ENOENT, _EACCES, _EPERM, _ESRCH, _EAGAIN, _EFBIG = 2, 13, 1, 3, 11, 27
+# The user's folders are hidden in every candidate-facing child (namespaces.hide_folders): what
+# Landlock would refuse (EACCES) is not there at all.
+_REFUSALS = {"chmod_home": (_ENOENT,), "chown_repo": (_ENOENT,), "utime_home": (_ENOENT,),
+             "xattr_repo": (_EPERM,),  # seccomp answers before the path is looked up
+             "chmod_cwd": (_EPERM,), "chown_cwd": (_EPERM,), "utime_cwd": (_EPERM,),
+             "xattr_cwd": (_EPERM,),
+             "write_home": (_ENOENT,), "write_store": (_ENOENT,), "sparse_file": (_EFBIG,),
+             "stat_home": (_ENOENT,), "probe_store": (_ENOENT,),
              "signal_parent": (_EPERM, _ESRCH),  # Landlock's signal scope; from a PID namespace: no such pid
-             "read_home": (_EACCES,), "write_repo": (_EACCES,), "tcp_connect": (_EPERM,),
+             "read_home": (_ENOENT,), "write_repo": (_ENOENT,), "tcp_connect": (_EPERM,),
              "ptrace": (_EPERM, _ESRCH)}
 
 

@@ -84,7 +84,8 @@ def _isolated(policy: SandboxPolicy, mode: str, module: Optional[str], rest: lis
         os.dup2(err_w, 2)
         for fd in (out_r, out_w, err_r, err_w):
             os.close(fd)
-        iso = become_init(policy.max_processes, parent) if not why else Isolation(problems=(why,))
+        iso = (become_init(policy.max_processes, parent, policy.hidden, policy.granted()) if not why
+               else Isolation(problems=(why,)))
         set_isolation(iso.summary())
         os._exit(_child_exit(policy, mode, module, rest))
     os.close(out_w)

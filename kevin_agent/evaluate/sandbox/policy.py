@@ -40,6 +40,9 @@ GPU_DEVICE_GLOBS = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/nvidia-caps-imex-c
 DEVICES_ENV = "KEVIN_SANDBOX_DEVICES"
 # Programs a start-up or compile step may run (ninja, g++, nvcc, ptxas, ldconfig, sh).
 SYSTEM_EXEC = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/opt/nvidia")
+# Where users and programs keep their files: hidden (not only unreadable) in a confined child,
+# with the protected paths, where they hold no granted path (``namespaces.hide_folders``).
+USER_DATA_ROOTS = ("/home", "/root", "/tmp", "/var/tmp", "/mnt", "/media", "/srv")
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,9 @@ class SandboxPolicy:
     ``socket_families``: without ``network``, socket() of these address families still works (the
     GPU driver's own at start-up; empty for candidate code). ``tmpdir``: TMPDIR for the process
     (inside ``read_write``). ``exposed``: protected paths (home, repository) that a granted tree
-    contains, so they are readable; empty when the policy hides them all.
+    contains, so they are readable; empty when the policy hides them all. ``hidden``: folders
+    that a relayed child sees as empty, but for the granted paths inside them (their existence
+    is hidden too, which Landlock does not do).
     """
 
     read_only: tuple[str, ...] = ()
@@ -68,6 +73,7 @@ class SandboxPolicy:
     processes: bool = False
     tmpdir: Optional[str] = None
     exposed: tuple[str, ...] = ()
+    hidden: tuple[str, ...] = ()
     metadata: bool = False
     max_file_bytes: int = 0
     max_processes: int = 0
@@ -80,6 +86,12 @@ class SandboxPolicy:
     def relayed(self) -> bool:
         """The launcher forks and watches the child (a PID namespace, output or disk bounds)."""
         return bool(self.max_processes or self.max_output_bytes or self.max_scratch_bytes)
+
+    def granted(self) -> list[str]:
+        """Every path this policy grants in some way (what ``hidden`` folders keep visible)."""
+        paths = [*self.read_only, *self.read_write, *self.devices, *self.write_files,
+                 *(self.executable if self.processes else ())]
+        return list(dict.fromkeys(p for p in paths if not p.startswith("/proc/")))
 
     def landlock_rules(self) -> list[landlock.PathRule]:
         rules = [landlock.PathRule(p, landlock.READ) for p in self.read_only]
@@ -250,12 +262,16 @@ def _policy(read: Sequence[str], write: Sequence[str | os.PathLike[str]], *, gpu
         holders = [g for g in read_real + write_real + executable_real if _contains(g, secret)]
         if holders:
             exposed.append(f"{secret} (inside {holders[0]})")
+    granted = read_real + write_real + executable_real
+    hidden = [p for p in _existing([*protected_paths(protect), *USER_DATA_ROOTS])
+              if os.path.isdir(p) and not any(_contains(g, p) for g in granted)]
     return SandboxPolicy(
         read_only=tuple(read_real), read_write=tuple(write_real),
         devices=tuple(device_paths(gpu) if devices is None else [d for d in devices if os.path.exists(d)]),
         executable=tuple(executable_real), write_files=PROC_SELF_WRITE if gpu else (), network=False,
         socket_families=tuple(socket_families), processes=processes,
         tmpdir=_real(tmpdir) if tmpdir else (write_real[0] if write_real else None), exposed=tuple(exposed),
+        hidden=tuple(hidden),
     )
 
 

@@ -13,7 +13,9 @@ from kevin_agent.evaluate.static import tables as T
 from kevin_agent.evaluate.static.context import CandidateContext, CudaSource
 from kevin_agent.evaluate.static.rule import Violation
 
-_LAUNCH = re.compile(r"<<<|\bcudaLaunch(?:Cooperative)?Kernel\w*\b|\bcuLaunchKernel\w*\b")
+# a kernel launch: <<<>>>, the runtime and driver launch calls, or a CUDA graph's launch (its kernel
+# nodes are added by cudaGraphAddKernelNode; provenance then sees what ran)
+_LAUNCH = re.compile(r"<<<|\bcudaLaunch(?:Cooperative)?Kernel\w*\b|\bcuLaunchKernel\w*\b|\bcu(?:da)?GraphLaunch\b")
 _GLOBAL = re.compile(r"\b__global__\b")
 _NAME_PAREN = re.compile(r"\b(\w+)\s*\(")
 _SKIP_BEFORE_NAME = frozenset({"__launch_bounds__", "__attribute__", "__align__", "__declspec", "alignas"})
