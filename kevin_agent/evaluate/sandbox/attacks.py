@@ -222,7 +222,8 @@ OS_SUITE: tuple[Attack, ...] = OS_ATTACKS + tuple(
 
 # What ``python -m kevin_agent.evaluate.sandbox`` and ``kevin doctor`` try (idempotent: the
 # unconfined control may touch the real home file, changing nothing).
-SELF_CHECK_ATTACKS: tuple[Attack, ...] = ATTACKS + METADATA_ATTACKS
+SELF_CHECK_ATTACKS: tuple[Attack, ...] = ATTACKS + METADATA_ATTACKS + tuple(
+    a for a in OS_ATTACKS if a.name == "stat_home")
 
 LEGIT: tuple[Attack, ...] = (
     Attack("write_scratch", "write and read back a file in scratch",

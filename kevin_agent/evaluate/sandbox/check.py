@@ -118,9 +118,13 @@ def _home_file(home: Path, fallback_dir: Path) -> tuple[Path, bool]:
 
 def run_check_child(policy: SandboxPolicy, targets: dict, mode: str, cwd: Path, timeout_s: float = 120.0,
                     python: Optional[str] = None) -> dict:
-    """Run ``check_child`` confined by ``policy`` (``mode="off"``: unconfined); its parsed output."""
-    command = [python or sys.executable, "-m", "kevin_agent.evaluate.sandbox.check_child", "--mode", mode,
-               "--policy", policy.to_json(), "--targets", json.dumps(targets)]
+    """Run ``check_child`` confined by ``policy`` (``mode="off"``: unconfined) through the launcher,
+    as every real child starts (its namespaces, hidden folders and bounds included); its parsed output."""
+    from kevin_agent.evaluate.sandbox.launch import launch_command
+
+    command = launch_command(policy, ["kevin_agent.evaluate.sandbox.check_child", "--launched", "--policy",
+                                      policy.to_json(), "--targets", json.dumps(targets)],
+                             mode, python=python, module=True)
     try:
         proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout_s,
                               stdin=subprocess.DEVNULL)
@@ -191,8 +195,8 @@ def coverage(abi: int, has_seccomp: bool) -> list[str]:
                  "NOT scoped (Landlock ABI < 6): other processes of this user can be signalled"))
     lines.append("threads: " + ("every thread at once (Landlock TSYNC)" if abi >= 8 else
                  "threads started before the first layer keep its rights (Landlock ABI < 8)"))
-    lines.append("not covered: GPU memory and time, timing side channels, stat() of hidden paths "
-                 "(existence, size), world-readable system files")
+    lines.append("not covered: GPU memory and time, timing side channels, stat() of refused paths outside the "
+                 "hidden folders (existence, size), world-readable system files")
     return lines
 
 

@@ -2,6 +2,8 @@
 
 ``python -m kevin_agent.evaluate.sandbox.check_child --mode auto --policy JSON --targets JSON``
 prints one line ``KEVIN_SANDBOX_CHECK:{"report": ..., "results": {name: {"ok": bool, "error": str}}}``.
+With ``--launched`` it confines nothing itself: the launcher (``launch -m``) already did, in its
+namespaces, as for every real child, and the report is the launcher's layer.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import traceback
 
 from kevin_agent.evaluate.sandbox.attacks import LEGIT, PRELUDE
 from kevin_agent.evaluate.sandbox.attacks import SELF_CHECK_ATTACKS as ATTACKS
-from kevin_agent.evaluate.sandbox.enforce import SandboxUnavailable, confine
+from kevin_agent.evaluate.sandbox.enforce import SandboxUnavailable, confine, current_report
 from kevin_agent.evaluate.sandbox.policy import SandboxPolicy
 
 MARKER = "KEVIN_SANDBOX_CHECK:"
@@ -32,11 +34,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default="auto")
     parser.add_argument("--policy", required=True)
     parser.add_argument("--targets", required=True)
+    parser.add_argument("--launched", action="store_true", help="already confined by the launcher")
     args = parser.parse_args(argv)
     try:
-        report = confine(SandboxPolicy.from_json(args.policy), args.mode)
+        report = current_report() if args.launched else confine(SandboxPolicy.from_json(args.policy), args.mode)
     except SandboxUnavailable as exc:
         print(MARKER + json.dumps({"report": None, "error": str(exc), "results": {}}), flush=True)
+        return 0
+    if report is None:
+        print(MARKER + json.dumps({"report": None, "error": "no launcher confined this child", "results": {}}),
+              flush=True)
         return 0
     namespace: dict = {"T": json.loads(args.targets), "__name__": "kevin_candidate"}
     exec(PRELUDE, namespace)
