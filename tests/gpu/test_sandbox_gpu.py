@@ -17,14 +17,25 @@ import pytest
 from gpu_helpers import REPO, correct_candidate, log_record, run_job, task_source
 
 from kevin_agent.data import Stage
-from kevin_agent.evaluate.sandbox.attacks import PRELUDE, by_name
+from kevin_agent.evaluate.sandbox.attacks import PRELUDE, by_name, expected_refusal
 from kevin_agent.evaluate.sandbox.check import _Listener
 
 pytestmark = pytest.mark.gpu
 
 TIMED = {"with_torch_compile": False, "timing_trials": 60, "warmup_trials": 5}
 ATTACKS = ("read_home", "write_repo", "list_repo", "tcp_connect", "spawn_shell", "raise_nofile")
+# How a refusal reads when the CPU attack suite has no errno for the attack (spawn, rlimits).
 REFUSALS = ("PermissionError: [Errno 13]", "PermissionError: [Errno 1]", "not allowed to raise maximum limit")
+
+
+def refusal_texts(attack: str) -> tuple[str, ...]:
+    """What the verdict says when the sandbox refused ``attack``: the errno that the CPU suite
+    (tests/test_attacks_os.py) expects of it (a hidden home or repository: no such file), else
+    any refusal."""
+    errnos = expected_refusal(by_name(attack), processes=False)
+    if errnos is None:
+        return REFUSALS
+    return tuple(f"{type(OSError(e, '')).__name__}: [Errno {e}]" for e in errnos)
 
 
 def _env() -> dict[str, str]:
@@ -122,7 +133,7 @@ def test_attack_in_a_cuda_candidate_is_stopped(pools, sandbox_cache, world, atta
                      sandbox="required", with_torch_compile=False, timing_trials=5, warmup_trials=1)
     verdict = result.verdict
     assert not verdict.ok and verdict.stage == Stage.LOAD, (verdict.stage, verdict.message, result.stderr_tail)
-    assert any(r in verdict.message for r in REFUSALS), verdict.message
+    assert any(r in verdict.message for r in refusal_texts(attack)), verdict.message
     assert world["listener"].accepted == before
     assert not list(world["repo"].glob("pwned-*"))
 

@@ -199,7 +199,7 @@ _REFUSALS = {"chmod_home": (_ENOENT,), "chown_repo": (_ENOENT,), "utime_home": (
              "write_home": (_ENOENT,), "write_store": (_ENOENT,), "sparse_file": (_EFBIG,),
              "stat_home": (_ENOENT,), "probe_store": (_ENOENT,),
              "signal_parent": (_EPERM, _ESRCH),  # Landlock's signal scope; from a PID namespace: no such pid
-             "read_home": (_ENOENT,), "write_repo": (_ENOENT,), "tcp_connect": (_EPERM,),
+             "read_home": (_ENOENT,), "write_repo": (_ENOENT,), "list_repo": (_ENOENT,), "tcp_connect": (_EPERM,),
              "ptrace": (_EPERM, _ESRCH)}
 
 
@@ -218,7 +218,7 @@ def expected_refusal(attack: Attack, processes: bool) -> tuple[int, ...] | None:
 
 # The suite tests/test_attacks_os.py and tests/gpu/test_attacks_gpu.py run at every entry point.
 OS_SUITE: tuple[Attack, ...] = OS_ATTACKS + tuple(
-    a for a in ATTACKS if a.name in ("read_home", "write_repo", "tcp_connect", "ptrace"))
+    a for a in ATTACKS if a.name in ("read_home", "write_repo", "list_repo", "tcp_connect", "ptrace"))
 
 # What ``python -m kevin_agent.evaluate.sandbox`` and ``kevin doctor`` try (idempotent: the
 # unconfined control may touch the real home file, changing nothing).
