@@ -3,7 +3,10 @@
 
 The test holds the GPU's lease itself until both evaluators wait on it, so that their GPU stages
 meet however fast each build and worker start is (at ea40f9b, with GPU stages of ~1 s, two
-evaluators started together missed each other and neither waited)."""
+evaluators started together missed each other and neither waited). The task's baseline is
+measured first, by one evaluator alone: an evaluator that finds another process measuring it
+waits on the baseline's lock, which says nothing to ``on_wait`` (at 7abd669 the second evaluator
+sat there, behind the first, which sat behind the test's lease, until the test's timeout)."""
 
 from __future__ import annotations
 
@@ -58,11 +61,14 @@ def test_two_evaluators_on_one_gpu_take_turns(tmp_path, gpu_cache_dir):
 
     leases = tmp_path / "leases"
     leases.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KEVIN_LEASE_DIR": str(leases)}
+    args = [str(KERNELS / "matmul_task.py"), str(KERNELS / "matmul_candidate.py"), str(gpu_cache_dir)]
+    alone = subprocess.run([sys.executable, "-c", EVALUATE, *args, str(tmp_path / "heard-alone.txt")],
+                           capture_output=True, text=True, env=env, timeout=200)
+    assert alone.returncode == 0, alone.stderr[-2000:]  # the baseline is stored, the candidate built
     device = local_devices()[0]
     blocker = GpuLease(device.uuid, device.label, leases)
     assert blocker.try_acquire()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "KEVIN_LEASE_DIR": str(leases)}
-    args = [str(KERNELS / "matmul_task.py"), str(KERNELS / "matmul_candidate.py"), str(gpu_cache_dir)]
     heard = [tmp_path / f"heard-{i}.txt" for i in range(2)]
     try:
         procs = [subprocess.Popen([sys.executable, "-c", EVALUATE, *args, str(path)], stdout=subprocess.PIPE,
