@@ -162,17 +162,20 @@ def bench_evaluator(candidates: list[BenchCandidate], cache_dir: Path, arch: str
     finally:
         wall = time.perf_counter() - started
         workers = list(evaluator.last_worker_results)
+        baselines = list(evaluator.last_baseline_results)  # measured while the first builds compile
         evaluator.close()
     if errors:
         raise errors[0]
     return {
         "wall_s": wall,
-        "breakdown": breakdown(workers, [rows[c.id] for c in candidates if c.id in rows], started_clock, wall),
+        "breakdown": breakdown(workers + baselines, [rows[c.id] for c in candidates if c.id in rows], started_clock,
+                               wall),
         "candidates_per_minute": 60.0 * len(candidates) / wall,
         "worker_start_s": summary([w.startup_s for w in workers if w.startup_s is not None]),
         "visible_wait_s": summary([w.waited_s for w in workers]),
         "gpu_stage_s": summary([w.seconds for w in workers]),
         "gpu_runs": len(workers),
+        "baseline_runs": len(baselines),
         "lanes": len(evaluator.lanes) or 1,
         "gpu_name": evaluator.gpu_name,
         "verdicts": {c.id: rows[c.id] for c in candidates if c.id in rows},
@@ -198,9 +201,11 @@ def breakdown(workers: list[Any], rows: list[dict[str, Any]], started: float, wa
     busy = busy_seconds([(a, b) for a, b, _ in jobs])
     builds = [r["build_s"] for r in rows if r.get("build_s") is not None]
     first = min((a for a, _, _ in jobs), default=None)
+    first_candidate = min((a for a, _, base in jobs if not base), default=None)
     last_end = max((b for _, b, _ in jobs), default=None)
     return {
         "first_gpu_job_s": first,
+        "first_candidate_job_s": first_candidate,  # later than the first job when a baseline ran first
         "gpu_busy_s": busy, "gpu_idle_s": max(0.0, wall - busy),
         # idle between the first job's start and the last job's end: hand-over gaps, late builds
         "gpu_idle_between_jobs_s": (last_end - first - busy) if first is not None and last_end is not None else 0.0,
@@ -232,6 +237,7 @@ def render_breakdown(result: dict[str, Any]) -> list[str]:
     lines = ["", f"where the {wall:.1f} s went (one GPU lane unless said):",
              f"  precompiled torch header, before the phase   {_f(result.get('header_s'))}",
              f"  wall before the GPU's first job              {_f(part['first_gpu_job_s'])}",
+             f"  wall before the first candidate's GPU stage  {_f(part.get('first_candidate_job_s'))}",
              f"  GPU busy                                     {share(part['gpu_busy_s'])}",
              f"    baseline jobs (eager, torch.compile)       {share(part['baseline_jobs_s'])}",
              f"    candidate GPU stages                       {share(part['candidate_gpu_stages_s'])}",

@@ -148,6 +148,7 @@ def test_the_eval_bench_breakdown_accounts_for_the_wall():
             {"build_s": 7.0, "stage_s": {"load": 1.5, "correctness": 0.75, "timing": 0.5}}]
     part = eval_bench.breakdown(workers, rows, started, 30.0)
     assert part["first_gpu_job_s"] == 8.0
+    assert part["first_candidate_job_s"] == 12.0  # the baseline ran first, 8..12
     assert (part["gpu_busy_s"], part["gpu_idle_s"]) == (9.0, 21.0)
     assert part["gpu_idle_between_jobs_s"] == 3.0  # 14..17: the GPU waited between jobs
     assert part["timeline"] == [[8.0, 12.0], [12.0, 14.0], [17.0, 20.0]]
@@ -157,3 +158,74 @@ def test_the_eval_bench_breakdown_accounts_for_the_wall():
     lines = eval_bench.render_breakdown({"header_s": 35.0, "kevin": {"wall_s": 30.0, "breakdown": part}})
     assert any("GPU idle" in line and "70.0%" in line for line in lines)
     assert "  worker stages, median s: load 1.00, correctness 0.50, timing 0.50" in lines
+
+
+def test_a_measurement_made_ahead_is_reported_to_the_first_claimant_only(tmp_path):
+    book = BaselineBook(tmp_path)
+    ahead, cached = book.get_or_measure("k", lambda: Baseline(eager=stats(2.0)), claim=False)
+    assert ahead is not None and cached is False
+    assert book.get_or_measure("k", lambda: None, claim=False)[1] is True  # another look ahead takes nothing
+    first, first_cached = book.get_or_measure("k", lambda: None)
+    assert first is ahead and first_cached is False and first.measured_seconds is not None
+    assert book.get_or_measure("k", lambda: None)[1] is True  # reported once
+
+
+def test_a_process_waiting_on_another_measuring_hears_so_first(tmp_path):
+    """Another process holds the key's lock file (it is measuring): the caller is told before it
+    waits, then reads what that process stored."""
+    import fcntl
+
+    book = BaselineBook(tmp_path)
+    holder = os.open(tmp_path / "k.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    told = threading.Event()
+    got: list[Any] = []
+    asker = threading.Thread(target=lambda: got.append(book.get_or_measure("k", lambda: None, on_busy=told.set)))
+    asker.start()
+    assert told.wait(120)
+    assert asker.is_alive()  # told, and still waiting for the lock
+    BaselineBook(tmp_path).put("k", Baseline(eager=stats(3.0)))  # what the other process measured
+    os.close(holder)
+    asker.join(120)
+    (baseline, cached), = got
+    assert cached is True and baseline is not None and baseline.eager.median_ms == 3.0
+
+
+def test_an_unlocked_key_says_nothing_about_waiting(tmp_path):
+    told: list[bool] = []
+    BaselineBook(tmp_path).get_or_measure("k", lambda: Baseline(eager=stats(1.0)), on_busy=lambda: told.append(True))
+    assert told == []
+
+
+def test_a_batch_measures_its_baseline_while_its_candidates_compile(tmp_path):
+    """The lane measures the task's baseline while the batch's builds run (the stand-in compiler
+    holds every build until then), and the first candidate still reports that it was measured."""
+    import time
+
+    from kevin_agent.evaluate.build.compile import CompileOutcome
+    from kevin_agent.evaluate.evaluator import CudaEvaluator
+
+    good = (ROOT / "tests" / "fixtures" / "kernels" / "add_candidate.py").read_text()
+    baselines_when_built: list[int] = []
+    queue_sizes: list[tuple[int, int]] = []
+
+    def compiler(code: str, cache: Any, cancel: threading.Event) -> CompileOutcome:
+        stop = time.monotonic() + 120
+        while not evaluator.last_baseline_results and time.monotonic() < stop:
+            time.sleep(0.01)
+        baselines_when_built.append(len(evaluator.last_baseline_results))
+        return CompileOutcome(True, "")
+
+    device = DeviceInfo("stand-in", "GPU-prefetch-test", 0, cuda_version="13.0")
+    settings = EvalSettings(cache_dir=tmp_path / "cache", run_timeout_s=60)
+    evaluator = CudaEvaluator(settings, worker_command=STANDIN, devices=[device], spares=0, compiler=compiler, jobs=2)
+    evaluator._arch = "9.0"
+    with evaluator:
+        verdicts = evaluator.evaluate(TASK, [good + "\n# standin: normal\n", good + "\n# standin: normal\n\n"],
+                                      on_queue=lambda c, g: queue_sizes.append((c, g)))
+    assert baselines_when_built == [1, 1]  # each build ended after the baseline was measured
+    assert [v.stage for v in verdicts] == [Stage.TIMING, Stage.TIMING]
+    reports = sorted((v.details.timing.baseline_cached, v.details.timing.baseline_seconds is None) for v in verdicts)
+    assert reports == [(False, False), (True, True)]  # one candidate reports the measurement, with its seconds
+    assert queue_sizes[0] == (2, 0) and queue_sizes[-1] == (0, 0)  # the baseline job is no queued candidate
+    assert min(min(c, g) for c, g in queue_sizes) >= 0

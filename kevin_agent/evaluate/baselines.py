@@ -7,8 +7,10 @@ torch.compile, seed; the policy does not: the reference's launch count is always
 stored baseline also records the input signature it was measured on, shown with the verdicts.
 
 Processes share the folder: the first to need a key measures it under a lock file, the others
-wait on that lock and read its result, so six ``kevin eval`` at once measure a task once.
-``fresh=True`` (``kevin eval --fresh-baselines``) measures each key again once, then shares it.
+wait on that lock (saying so through ``on_busy``) and read its result, so six ``kevin eval`` at
+once measure a task once. ``fresh=True`` (``kevin eval --fresh-baselines``) measures each key
+again once, then shares it. A measurement made ahead of the candidates (``claim=False``: while
+their builds compile) is reported as measured, with its seconds, to the first caller that claims it.
 """
 
 from __future__ import annotations
@@ -76,19 +78,24 @@ class BaselineBook:
         self.folder = folder
         self.fresh = fresh  # ignore what is on disk until this book has measured the key itself
         self._known: dict[str, Baseline] = {}
+        self._unclaimed: set[str] = set()  # measured ahead (claim=False), not yet reported to anyone
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
-    def get_or_measure(self, key: str, measure: Callable[[], Optional[Baseline]]) -> tuple[Optional[Baseline], bool]:
+    def get_or_measure(self, key: str, measure: Callable[[], Optional[Baseline]], *, claim: bool = True,
+                       on_busy: Optional[Callable[[], None]] = None) -> tuple[Optional[Baseline], bool]:
         """(baseline, was it cached); ``measure`` runs at most once per key at a time. A measured
-        baseline records how long its measurement took (``measured_seconds``)."""
+        baseline records how long its measurement took (``measured_seconds``). With ``claim=False``
+        (a measurement ahead of the candidates) the first later caller that claims the key hears
+        it as measured, not cached. ``on_busy`` hears once that another process holds the key's
+        lock (it is measuring) before this one waits for it."""
         with self._lock:
             key_lock = self._locks.setdefault(key, threading.Lock())
         with key_lock:
             known = self._known.get(key)
             if known is not None:
-                return known, True
-            with self._process_lock(key):
+                return known, not self._claimed(key, claim)
+            with self._process_lock(key, on_busy):
                 known = None if self.fresh else self._read(key)
                 if known is not None:
                     self._known[key] = known
@@ -98,10 +105,19 @@ class BaselineBook:
                 if measured is not None:
                     measured.measured_seconds = round(time.monotonic() - started, 3)
                     self.put(key, measured)
+                    if not claim:
+                        self._unclaimed.add(key)
                 return measured, False
 
+    def _claimed(self, key: str, claim: bool) -> bool:
+        """Whether this caller takes the report of a measurement made ahead (once per key)."""
+        if claim and key in self._unclaimed:
+            self._unclaimed.discard(key)
+            return True
+        return False
+
     @contextmanager
-    def _process_lock(self, key: str) -> Iterator[None]:
+    def _process_lock(self, key: str, on_busy: Optional[Callable[[], None]] = None) -> Iterator[None]:
         """An exclusive flock on ``KEY.lock`` in the folder (none without a folder)."""
         if self.folder is None:
             yield
@@ -109,7 +125,12 @@ class BaselineBook:
         self.folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.folder / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # another process is measuring this key: say so, then wait
+                if on_busy is not None:
+                    on_busy()
+                fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)  # closing releases the lock

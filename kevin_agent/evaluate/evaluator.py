@@ -83,6 +83,7 @@ class CudaEvaluator(Evaluator):
         self._used: dict[tuple[str, str], tuple[GpuLane, Baseline]] = {}  # (task, gpu) -> what was used
         self.gpu_name: Optional[str] = None
         self.last_worker_results: deque[WorkerResult] = deque(maxlen=4096)  # the latest jobs (bench)
+        self.last_baseline_results: deque[WorkerResult] = deque(maxlen=256)  # the latest baseline jobs (bench)
 
     @property
     def cache_dir(self) -> Path:
@@ -193,6 +194,8 @@ class CudaEvaluator(Evaluator):
                 survivors.append(index)
         if survivors and not batch.cancel.is_set():
             self._ensure_started()
+            if not self.settings.compile_only:  # a lane measures the task's baseline while the builds run
+                self._queue.put(GpuItem.baseline_for(batch))
             batch.count(compiling=len(survivors))
             for index in survivors:
                 future = self._submit_compile(codes[index], batch.cancel)
@@ -237,12 +240,18 @@ class CudaEvaluator(Evaluator):
             except BaseException as err:  # the task fails, or a worker cannot start: the batch ends
                 batch.fail(err)
             finally:
-                batch.count(on_gpu=-1)
+                if not item.baseline_only:
+                    batch.count(on_gpu=-1)
 
     def run_item(self, lane: GpuLane, item: GpuItem) -> None:
         """Run one compiled candidate on ``lane`` (its task's baseline first, when unknown there)
-        and settle its verdict; returns early when its batch is cancelled. Errors propagate."""
+        and settle its verdict; or, for a ``baseline_only`` item, measure the baseline unless its
+        batch has ended. Returns early when its batch is cancelled. Errors propagate."""
         batch = item.batch
+        if item.baseline_only:
+            if not batch.finished.is_set():
+                self._baseline(lane, batch, claim=False)
+            return
         baseline, cached = self._baseline(lane, batch)
         if baseline is None:
             return  # cancelled while measuring
@@ -265,14 +274,18 @@ class CudaEvaluator(Evaluator):
         # the worker keys its build cache exactly as the parent did: same arch, same root
         return dataclasses.replace(self.settings, arch=self._arch, cache_dir=self.cache_dir)
 
-    def _baseline(self, lane: GpuLane, batch: Batch) -> tuple[Optional[Baseline], bool]:
+    def _baseline(self, lane: GpuLane, batch: Batch, claim: bool = True) -> tuple[Optional[Baseline], bool]:
         """The task's baseline on this lane's GPU model: remembered, stored, or measured now; and
-        whether it was reused (remembered or stored) rather than measured by this call."""
+        whether it was reused (remembered or stored) rather than measured for this caller (a
+        measurement ahead, ``claim=False``, is reported to the first candidate that claims it)."""
         task = batch.task
         key = baseline_key(task.source, lane.device.name, lane.device.torch_version, self.settings,
                            lane.device.cuda_version)
-        baseline, cached = self._book.get_or_measure(key, lambda: self._measure(lane, task, batch.cancel,
-                                                                                batch.on_wait))
+        on_wait = batch.on_wait
+        on_busy = None if on_wait is None else functools.partial(
+            on_wait, f"waiting for another kevin process measuring this task's baseline on {lane.device.name}")
+        baseline, cached = self._book.get_or_measure(key, lambda: self._measure(lane, task, batch.cancel, on_wait),
+                                                     claim=claim, on_busy=on_busy)
         if baseline is not None:
             self._used.setdefault((task.source, lane.device.name), (lane, baseline))
         return baseline, cached
@@ -282,6 +295,7 @@ class CudaEvaluator(Evaluator):
         job = WorkerJob(task.source, "", Path("unset"), self._job_settings(), cache_dir=self.cache_dir,
                         measure_baseline=True)
         result = lane.run(job, cancel=cancel, on_wait=on_wait, last=False)
+        self.last_baseline_results.append(result)
         if result.cancelled:
             return None
         if result.task_failure is not None:

@@ -576,7 +576,7 @@ class RayEvaluator(Evaluator):
             except BaseException as err:  # the task fails, or a worker cannot start: the batch ends
                 item.batch.fail(err)
             finally:
-                if not requeued:
+                if not requeued and not item.baseline_only:
                     item.batch.count(on_gpu=-1)
 
     def _run_or_retry(self, lane: RayLane, item: GpuItem, lane_queue: LaneQueue) -> bool:
@@ -587,6 +587,8 @@ class RayEvaluator(Evaluator):
             self.pipeline.run_item(lane, item)
             return False
         except LaneLost as lost:
+            if item.baseline_only:
+                return False  # measured ahead only: the candidates' own runs measure it instead
             counted, bounces = self._attempts.pop(id(item), (0, 0))
             counted, bounces = counted + int(lost.counted), bounces + 1
             if counted >= MAX_ATTEMPTS or bounces >= MAX_BOUNCES or lane_queue.stopped:
@@ -634,7 +636,8 @@ class RayEvaluator(Evaluator):
                 return
             self._attempts.pop(id(item), None)
             item.batch.fail(error)
-            item.batch.count(on_gpu=-1)
+            if not item.baseline_only:
+                item.batch.count(on_gpu=-1)
 
 
 def lanes_arch(lanes: Sequence[GpuLane]) -> Optional[str]:

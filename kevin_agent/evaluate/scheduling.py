@@ -34,13 +34,20 @@ class Target:
 
 @dataclass
 class GpuItem:
-    """One compiled candidate waiting for a lane."""
+    """One compiled candidate waiting for a lane; or, with ``baseline_only``, its batch's task
+    baseline, queued when the batch starts so that a lane measures it while the builds compile
+    (no candidate, no verdict, not counted in the batch's queue sizes)."""
 
     batch: Batch
     index: int
     code: str
     build: VerdictDetails
     entries: Sequence[Path] = ()  # the build cache entries of its extensions
+    baseline_only: bool = False
+
+    @classmethod
+    def baseline_for(cls, batch: Batch) -> GpuItem:
+        return cls(batch, -1, "", VerdictDetails(), baseline_only=True)
 
 
 class Batch:
