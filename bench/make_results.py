@@ -99,15 +99,18 @@ def breakdown_lines(kevin: dict[str, Any]) -> list[str]:
     if not part or not wall:
         return []
     share = lambda key: f"{num(part.get(key), 1, 's')} ({100 * (part.get(key) or 0) / wall:.0f}%)"  # noqa: E731
+    baselines = kevin.get("baseline_runs")  # recorded since baselines are measured ahead (a0c9dfd)
     rows = [["where the wall went", "seconds"],
-            ["before the GPU's first job (first builds or worker start)", num(part.get("first_gpu_job_s"), 1, "s")],
-            ["GPU busy", share("gpu_busy_s")], ["GPU idle", share("gpu_idle_s")],
-            ["GPU idle between its first and last job", share("gpu_idle_between_jobs_s")],
-            ["builds, summed (they overlap)", f"{num(part.get('builds_summed_s'), 1, 's')} over {part.get('builds')}"]]
-    if kevin.get("baseline_runs") is not None:  # recorded since baselines are measured ahead (a0c9dfd)
-        rows[2:2] = [["before the first candidate's GPU stage", num(part.get("first_candidate_job_s"), 1, "s")]]
-        rows.insert(4, [f"of which baseline jobs ({kevin['baseline_runs']}, eager and torch.compile)",
-                        share("baseline_jobs_s")])
+            ["before the GPU's first job (first builds or worker start)", num(part.get("first_gpu_job_s"), 1, "s")]]
+    if baselines is not None:
+        rows.append(["before the first candidate's GPU stage", num(part.get("first_candidate_job_s"), 1, "s")])
+    rows.append(["GPU busy", share("gpu_busy_s")])
+    if baselines is not None:
+        rows.append([f"of which baseline jobs ({baselines}, eager and torch.compile)", share("baseline_jobs_s")])
+    rows += [["GPU idle", share("gpu_idle_s")],
+             ["GPU idle between its first and last job", share("gpu_idle_between_jobs_s")],
+             ["builds, summed (they overlap)", f"{num(part.get('builds_summed_s'), 1, 's')} over {part.get('builds')}"]]
+    if baselines is not None:
         rows.append(["visible waits for a ready worker, summed", num(part.get("visible_worker_wait_s"), 1, "s")])
     stages = part.get("worker_stage_median_s") or {}
     if stages:

@@ -240,8 +240,7 @@ class CudaEvaluator(Evaluator):
             except BaseException as err:  # the task fails, or a worker cannot start: the batch ends
                 batch.fail(err)
             finally:
-                if not item.baseline_only:
-                    batch.count(on_gpu=-1)
+                item.left_lanes()
 
     def run_item(self, lane: GpuLane, item: GpuItem) -> None:
         """Run one compiled candidate on ``lane`` (its task's baseline first, when unknown there)

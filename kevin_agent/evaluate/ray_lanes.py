@@ -576,8 +576,8 @@ class RayEvaluator(Evaluator):
             except BaseException as err:  # the task fails, or a worker cannot start: the batch ends
                 item.batch.fail(err)
             finally:
-                if not requeued and not item.baseline_only:
-                    item.batch.count(on_gpu=-1)
+                if not requeued:
+                    item.left_lanes()
 
     def _run_or_retry(self, lane: RayLane, item: GpuItem, lane_queue: LaneQueue) -> bool:
         """Run the item; when the lane is lost, queue it again (True) or, after ``MAX_ATTEMPTS``,
@@ -636,8 +636,7 @@ class RayEvaluator(Evaluator):
                 return
             self._attempts.pop(id(item), None)
             item.batch.fail(error)
-            if not item.baseline_only:
-                item.batch.count(on_gpu=-1)
+            item.left_lanes()
 
 
 def lanes_arch(lanes: Sequence[GpuLane]) -> Optional[str]:

@@ -49,6 +49,12 @@ class GpuItem:
     def baseline_for(cls, batch: Batch) -> GpuItem:
         return cls(batch, -1, "", VerdictDetails(), baseline_only=True)
 
+    def left_lanes(self) -> None:
+        """It left the lanes for good (run, failed or dropped): its batch counts one fewer on the
+        GPU (a baseline job was never counted there)."""
+        if not self.baseline_only:
+            self.batch.count(on_gpu=-1)
+
 
 class Batch:
     """One ``evaluate`` call: its verdicts, its queue counts, and how it ends."""
