@@ -92,6 +92,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         from kevin_agent.evaluate.daemon import stop_daemons
 
         result["warm_evaluators_stopped"] = stop_daemons(cache / "daemon")
+        # what the warm evaluators said (empty when all went well): the first place to look
+        result["warm_evaluator_logs"] = {log.name: log.read_text(errors="replace")[-2000:]
+                                         for log in sorted((cache / "daemon").glob("*.log")) if log.stat().st_size}
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))
     print(f"kevin eval walls: new task {result['new_task']['wall_s']} s, new candidate "
