@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole GPU suite (tests/gpu) and the GPU benches in two parts, one device call each (<= 9 min):
 #
-#   bash scripts/gpu_session.sh 1       # tests: provenance, guards; eval_bench
-#   bash scripts/gpu_session.sh 2       # tests: worker, lease, loop, sandbox, accept, attacks; dropin bench
+#   bash scripts/gpu_session.sh 1       # tests: provenance, guards; eval_bench, eval_cli
+#   bash scripts/gpu_session.sh 2       # tests: worker, lease, warm evaluator, loop, sandbox, accept, attacks;
+#                                       # dropin bench
 #   bash scripts/gpu_session.sh 3       # no tests: the speed benches (issue 20), record_verdicts, a kevin
 #                                       # bench table (21)
 #   bash scripts/gpu_session.sh 2 480   # another time budget in seconds (default 530)
@@ -26,6 +27,7 @@
 # Since then: 8 provenance tests more (the judge's probes and honest look-alikes, ~6 s each) and
 # accept and attacks moved to part 2, so expected:
 #   part 1: provenance ~6.5 min, guards ~10 s; eval_bench ~90 s in the time left -> ~8.5 min
+#           (H100 at ea622cd: provenance 237 s, guards 5 s, eval_bench 54 s; eval_cli ~70 s added since)
 #   part 2: worker ~3 min, lease, loop ~40 s, sandbox ~1.5 min, accept ~1 min, attacks ~1.5 min (its
 #           header ~35 s); dropin ~30 s -> ~8.5 min
 #   part 3: eval_bench ~4 min, record_verdicts ~40 s (shares eval_bench's cache: its header is
@@ -56,7 +58,7 @@ PART="${1:-}"
 BUDGET="${2:-530}"
 case "$PART" in
   1) TESTS=(tests/gpu/test_gpu_provenance.py tests/gpu/test_gpu_guards.py) ;;
-  2) TESTS=(tests/gpu/test_gpu_worker.py tests/gpu/test_gpu_lease.py tests/gpu/test_loop_gpu.py
+  2) TESTS=(tests/gpu/test_gpu_worker.py tests/gpu/test_gpu_lease.py tests/gpu/test_eval_daemon_gpu.py tests/gpu/test_loop_gpu.py
             tests/gpu/test_sandbox_gpu.py tests/gpu/test_accept_gpu.py tests/gpu/test_attacks_gpu.py) ;;
   3) TESTS=() ;;
   *) echo "usage: bash scripts/gpu_session.sh 1|2|3 [SECONDS]" >&2; exit 2 ;;
@@ -128,6 +130,9 @@ elif [ "$PART" = 1 ]; then
   phase eval_bench 150 "$OUT/eval_bench.json" -- python3 bench/eval_bench.py --evaluation-only --baseline 0 \
     --work "$WORK" --out "$OUT/eval_bench.json"
   rm -f "$OUT/eval_bench.json"  # its figures are in the summary now
+  # issue 20's kevin eval walls (warm evaluator) in the same run as the batch figure
+  phase eval_cli 120 "$OUT/eval_cli.json" -- python3 bench/eval_cli_bench.py --out "$OUT/eval_cli.json"
+  rm -f "$OUT/eval_cli.json"
 else
   phase dropin 90 "$OUT/dropin.json" -- python3 bench/dropin_bench.py --kernels add --out "$OUT/dropin.json"
   rm -f "$OUT/dropin.json"

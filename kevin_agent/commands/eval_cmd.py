@@ -6,6 +6,10 @@ verdict is printed (exit 0 when they fail: the user learns what is wrong), and o
 the GPU stage needs a GPU. Compiling without a GPU, without --arch and without
 TORCH_CUDA_ARCH_LIST builds for 9.0 (H100/H200) and says so once. Standard library at module level
 only: runs with just torch on a bare GPU host.
+
+On a GPU, the first evaluation starts a warm evaluator (``evaluate.daemon``) for its settings; later
+calls with the same settings hand their task and candidate to it and skip every start-up (Python's
+torch import, CUDA, worker processes). ``--no-daemon`` or ``KEVIN_EVAL_DAEMON_IDLE_S=0``: never.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from kevin_agent.verdict_text import render_verdict
 
 if TYPE_CHECKING:
     from kevin_agent.data import Verdict
+    from kevin_agent.evaluate.api import EvalSettings
+    from kevin_agent.evaluate.daemon import DaemonAddress
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fresh-baselines", action="store_true",
                         help="time eager and torch.compile again instead of reusing the baselines stored "
                              "for this task, GPU model and torch/CUDA version")
+    parser.add_argument("--no-daemon", action="store_true",
+                        help="evaluate in this process only: neither use nor start the warm evaluator that "
+                             "keeps workers started between `kevin eval` calls (KEVIN_EVAL_DAEMON_IDLE_S=0 "
+                             "turns it off for good)")
     add_evaluation_arguments(parser, cluster=False)
 
 
@@ -99,7 +109,7 @@ def _eval_modes(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _settings(args: argparse.Namespace, compile_only: bool, arch: str | None,
-              modes: dict[str, Any]):  # -> EvalSettings
+              modes: dict[str, Any]) -> EvalSettings:
     from kevin_agent.evaluate.api import EvalSettings
 
     defaults = EvalSettings()
@@ -125,6 +135,7 @@ def _gpu_visible() -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kevin_agent.evaluate.daemon import evaluate_on_daemon
     from kevin_agent.evaluate.evaluator import CudaEvaluator
     from kevin_agent.evaluate.verdicts import static_verdict
     from kevin_agent.task import load_task
@@ -132,6 +143,16 @@ def run(args: argparse.Namespace) -> int:
     modes = _eval_modes(args)  # first: a bad setting is an error even when the static checks reject
     task = load_task(args.task)
     code = read_candidate(args.candidate)
+    warm_settings = None if args.compile_only or args.no_daemon else _settings(args, False, _arch(args.arch), modes)
+    address = _warm_address(warm_settings)
+    if address is not None:  # a warm evaluator for these settings answers without any start-up here
+        warm_verdict = evaluate_on_daemon(address, task, code, on_wait=_say_wait)
+        if warm_verdict is not None:
+            _print(warm_verdict, args.json)
+            _say_baseline(warm_verdict)
+            print("kevin eval: evaluated by the warm evaluator an earlier `kevin eval` started (--no-daemon "
+                  "evaluates in this process)", file=sys.stderr)
+            return 0
     without_gpu = not args.compile_only and not _gpu_visible()
     if without_gpu:  # what can be judged here still is: static checks first, needing nothing
         rejected = static_verdict(code, task.source)
@@ -140,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
             return 0
     compiles_without_gpu = without_gpu or (args.compile_only and not _gpu_visible())
     arch = default_arch(_arch(args.arch), compiles_without_gpu, dict(os.environ))
-    evaluator = CudaEvaluator(_settings(args, args.compile_only or without_gpu, arch, modes))
+    settings = _settings(args, args.compile_only or without_gpu, arch, modes)
+    evaluator = CudaEvaluator(settings)
     try:
         try:
             evaluator.check_environment()
@@ -148,20 +170,50 @@ def run(args: argparse.Namespace) -> int:
             if without_gpu:
                 raise EnvironmentProblem(f"the static checks passed, but to compile: {problem}") from None
             raise
-        verdict = evaluator.evaluate(task, [code])[0]
+        verdict = evaluator.evaluate(task, [code], on_wait=_say_wait)[0]
     finally:
         evaluator.close()
     _print(verdict, args.json)
     if arch is not None and args.arch is None and verdict.stage.value != "static":  # said once
         print(f"kevin eval: no GPU here, so this compiled for CUDA architecture {arch} (H100/H200); "
               "--arch or TORCH_CUDA_ARCH_LIST picks another", file=sys.stderr)
-    note = baseline_note(verdict)
-    if note:
-        print(f"kevin eval: {note}", file=sys.stderr)
+    _say_baseline(verdict)
     if without_gpu and verdict.ok:
         print(f"kevin eval: {NEEDS_GPU}", file=sys.stderr)
         return 3
+    if address is not None and not without_gpu and settings == warm_settings:
+        _start_warm(address, settings)
     return 0
+
+
+def _warm_address(settings: EvalSettings | None) -> DaemonAddress | None:
+    """Where the warm evaluator for ``settings`` listens (None: not kept for them, or turned off)."""
+    if settings is None:
+        return None
+    from kevin_agent.evaluate.daemon import daemon_address
+
+    return daemon_address(settings)
+
+
+def _start_warm(address: DaemonAddress, settings: EvalSettings) -> None:
+    """Start the warm evaluator for the next `kevin eval` with these settings, and say so."""
+    from kevin_agent.evaluate.daemon import idle_seconds, start_daemon
+
+    idle = idle_seconds()
+    if start_daemon(address, settings, idle) is not None:
+        print(f"kevin eval: started a warm evaluator that keeps GPU workers ready for {idle:g} s after each "
+              "evaluation with these settings (--no-daemon, or KEVIN_EVAL_DAEMON_IDLE_S=0, evaluates in "
+              "this process only)", file=sys.stderr)
+
+
+def _say_wait(text: str) -> None:
+    print(f"kevin eval: {text}", file=sys.stderr, flush=True)
+
+
+def _say_baseline(verdict: Verdict) -> None:
+    note = baseline_note(verdict)
+    if note:
+        print(f"kevin eval: {note}", file=sys.stderr)
 
 
 def baseline_note(verdict: Verdict) -> str | None:

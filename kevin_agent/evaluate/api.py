@@ -111,6 +111,10 @@ class Evaluator(ABC):
     def check_environment(self) -> None:  # noqa: B027 - an optional hook: a no-op unless overridden
         """Raise EnvironmentProblem when this machine cannot evaluate; nothing to check by default."""
 
+    def start(self) -> None:  # noqa: B027 - an optional hook: a no-op unless overridden
+        """Start (or top up) worker processes ahead of the next evaluation, for an evaluator that
+        lives on between requests (the warm evaluator); nothing to start by default."""
+
     def close(self) -> None:  # noqa: B027 - an optional hook: a no-op unless overridden
         """Release worker processes; nothing to release by default."""
 

@@ -112,6 +112,13 @@ class CudaEvaluator(Evaluator):
 
     # -- start-up ------------------------------------------------------------------------------
 
+    def start(self) -> None:
+        """Start the compile pool and the lanes now, or top the lanes' ready workers up (a batch's
+        last job starts none beside its timing)."""
+        self._ensure_started()
+        for lane in self.lanes:
+            lane.warm()
+
     def _ensure_started(self) -> BuildCache:
         with self._lock:
             if self._cache is not None:
