@@ -215,6 +215,8 @@ def breakdown(workers: list[Any], rows: list[dict[str, Any]], started: float, wa
         "visible_worker_wait_s": sum(w.waited_s for w in workers),
         "builds_summed_s": sum(builds), "builds": len(builds),
         "worker_stage_median_s": stage_medians(rows),
+        "baseline_stage_median_s": stage_medians(
+            [{"stage_s": w.baseline.stage_seconds} for w in workers if w.baseline is not None]),
     }
 
 
@@ -248,6 +250,9 @@ def render_breakdown(result: dict[str, Any]) -> list[str]:
     stages = part.get("worker_stage_median_s") or {}
     if stages:
         lines.append("  worker stages, median s: " + ", ".join(f"{name} {s:.2f}" for name, s in stages.items()))
+    parts = part.get("baseline_stage_median_s") or {}
+    if parts:
+        lines.append("  baseline job parts, median s: " + ", ".join(f"{name} {s:.2f}" for name, s in parts.items()))
     return lines
 
 

@@ -141,7 +141,8 @@ def test_the_eval_bench_breakdown_accounts_for_the_wall():
 
     assert eval_bench.busy_seconds([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]) == 4.0
     started = 100.0
-    workers = [SimpleNamespace(ended_at=112.0, seconds=4.0, baseline=object(), waited_s=0.5),  # 8..12
+    baseline = SimpleNamespace(stage_seconds={"baseline_eager": 0.5, "baseline_compile": 2.25})
+    workers = [SimpleNamespace(ended_at=112.0, seconds=4.0, baseline=baseline, waited_s=0.5),  # 8..12
                SimpleNamespace(ended_at=114.0, seconds=2.0, baseline=None, waited_s=0.0),  # 12..14
                SimpleNamespace(ended_at=120.0, seconds=3.0, baseline=None, waited_s=0.25)]  # 17..20
     rows = [{"build_s": 5.0, "stage_s": {"load": 0.5, "correctness": 0.25}}, {"build_s": None},
@@ -158,6 +159,8 @@ def test_the_eval_bench_breakdown_accounts_for_the_wall():
     lines = eval_bench.render_breakdown({"header_s": 35.0, "kevin": {"wall_s": 30.0, "breakdown": part}})
     assert any("GPU idle" in line and "70.0%" in line for line in lines)
     assert "  worker stages, median s: load 1.00, correctness 0.50, timing 0.50" in lines
+    assert part["baseline_stage_median_s"] == {"baseline_eager": 0.5, "baseline_compile": 2.25}
+    assert "  baseline job parts, median s: baseline_eager 0.50, baseline_compile 2.25" in lines
 
 
 def test_a_measurement_made_ahead_is_reported_to_the_first_claimant_only(tmp_path):
@@ -171,19 +174,29 @@ def test_a_measurement_made_ahead_is_reported_to_the_first_claimant_only(tmp_pat
 
 
 def test_a_process_waiting_on_another_measuring_hears_so_first(tmp_path):
-    """Another process holds the key's lock file (it is measuring): the caller is told before it
-    waits, then reads what that process stored."""
+    """Another process holds the key's lock file (it is measuring): the caller is told, naming the
+    holder, before it waits, then reads what that process stored."""
     import fcntl
+    import json
 
     book = BaselineBook(tmp_path)
     holder = os.open(tmp_path / "k.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    os.write(holder, json.dumps({"pid": 4242, "command": "kevin eval"}).encode())
     fcntl.flock(holder, fcntl.LOCK_EX)
-    told = threading.Event()
+    told: list[str] = []
+    heard = threading.Event()
     got: list[Any] = []
-    asker = threading.Thread(target=lambda: got.append(book.get_or_measure("k", lambda: None, on_busy=told.set)))
+
+    def hear(message: str) -> None:
+        told.append(message)
+        heard.set()
+
+    asker = threading.Thread(target=lambda: got.append(book.get_or_measure("k", lambda: None, on_wait=hear,
+                                                                           label="the baseline of add on H100")))
     asker.start()
-    assert told.wait(120)
+    assert heard.wait(120)
     assert asker.is_alive()  # told, and still waiting for the lock
+    assert told == ["waiting for the baseline of add on H100, in use by kevin eval pid 4242"]
     BaselineBook(tmp_path).put("k", Baseline(eager=stats(3.0)))  # what the other process measured
     os.close(holder)
     asker.join(120)
@@ -191,9 +204,26 @@ def test_a_process_waiting_on_another_measuring_hears_so_first(tmp_path):
     assert cached is True and baseline is not None and baseline.eager.median_ms == 3.0
 
 
+def test_a_cancel_ends_the_wait_for_another_process_measuring(tmp_path):
+    """Ctrl-C (the batch's cancel) while another process measures the key: no measurement, no
+    result, and the wait ends; the key stays free for the holder."""
+    import fcntl
+
+    holder = os.open(tmp_path / "k.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    cancel, measured = threading.Event(), []
+    got: list[Any] = []
+    asker = threading.Thread(target=lambda: got.append(BaselineBook(tmp_path).get_or_measure(
+        "k", lambda: measured.append(1), cancel=cancel, on_wait=lambda message: cancel.set())))
+    asker.start()
+    asker.join(120)
+    assert not asker.is_alive() and got == [(None, False)] and measured == []
+    os.close(holder)
+
+
 def test_an_unlocked_key_says_nothing_about_waiting(tmp_path):
-    told: list[bool] = []
-    BaselineBook(tmp_path).get_or_measure("k", lambda: Baseline(eager=stats(1.0)), on_busy=lambda: told.append(True))
+    told: list[str] = []
+    BaselineBook(tmp_path).get_or_measure("k", lambda: Baseline(eager=stats(1.0)), on_wait=told.append)
     assert told == []
 
 

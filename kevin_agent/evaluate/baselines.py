@@ -7,7 +7,8 @@ torch.compile, seed; the policy does not: the reference's launch count is always
 stored baseline also records the input signature it was measured on, shown with the verdicts.
 
 Processes share the folder: the first to need a key measures it under a lock file, the others
-wait on that lock (saying so through ``on_busy``) and read its result, so six ``kevin eval`` at
+wait on that lock (a ``Lease``: saying so, and who holds it, through ``on_wait``; a cancel ends
+the wait) and read its result, so six ``kevin eval`` at
 once measure a task once. ``fresh=True`` (``kevin eval --fresh-baselines``) measures each key
 again once, then shares it. A measurement made ahead of the candidates (``claim=False``: while
 their builds compile) is reported as measured, with its seconds, to the first caller that claims it.
@@ -15,10 +16,8 @@ their builds compile) is reported as measured, with its seconds, to the first ca
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +28,7 @@ from typing import Optional
 
 from kevin_agent.atomic import write_text_atomically
 from kevin_agent.evaluate.api import EvalSettings
+from kevin_agent.evaluate.lease import Lease
 from kevin_agent.evaluate.protocol import Baseline
 
 DRIFT_NOTE_PERCENT = 5.0  # a re-measured baseline this far off its first measurement is worth a note
@@ -83,19 +83,23 @@ class BaselineBook:
         self._lock = threading.Lock()
 
     def get_or_measure(self, key: str, measure: Callable[[], Optional[Baseline]], *, claim: bool = True,
-                       on_busy: Optional[Callable[[], None]] = None) -> tuple[Optional[Baseline], bool]:
+                       cancel: Optional[threading.Event] = None, on_wait: Optional[Callable[[str], None]] = None,
+                       label: str = "the measurement of this task's baseline") -> tuple[Optional[Baseline], bool]:
         """(baseline, was it cached); ``measure`` runs at most once per key at a time. A measured
         baseline records how long its measurement took (``measured_seconds``). With ``claim=False``
         (a measurement ahead of the candidates) the first later caller that claims the key hears
-        it as measured, not cached. ``on_busy`` hears once that another process holds the key's
-        lock (it is measuring) before this one waits for it."""
+        it as measured, not cached. While another process holds the key's lease (it is measuring),
+        ``on_wait`` hears "waiting for LABEL, in use by kevin eval pid N" before this one waits;
+        ``cancel`` set ends that wait with (None, False)."""
         with self._lock:
             key_lock = self._locks.setdefault(key, threading.Lock())
         with key_lock:
             known = self._known.get(key)
             if known is not None:
                 return known, not self._claimed(key, claim)
-            with self._process_lock(key, on_busy):
+            with self._process_lease(key, label, cancel, on_wait) as held:
+                if not held:
+                    return None, False
                 known = None if self.fresh else self._read(key)
                 if known is not None:
                     self._known[key] = known
@@ -117,23 +121,15 @@ class BaselineBook:
         return False
 
     @contextmanager
-    def _process_lock(self, key: str, on_busy: Optional[Callable[[], None]] = None) -> Iterator[None]:
-        """An exclusive flock on ``KEY.lock`` in the folder (none without a folder)."""
+    def _process_lease(self, key: str, label: str, cancel: Optional[threading.Event],
+                       on_wait: Optional[Callable[[str], None]]) -> Iterator[bool]:
+        """The key's lease across processes, ``KEY.lock`` in the folder (always held without a folder)."""
         if self.folder is None:
-            yield
+            yield True
             return
         self.folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.folder / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # another process is measuring this key: say so, then wait
-                if on_busy is not None:
-                    on_busy()
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)  # closing releases the lock
+        with Lease(self.folder / f"{key}.lock", label).hold(cancel, on_wait) as held:
+            yield held
 
     def put(self, key: str, baseline: Baseline) -> None:
         self._known[key] = baseline

@@ -288,10 +288,9 @@ class CudaEvaluator(Evaluator):
         key = baseline_key(task.source, lane.device.name, lane.device.torch_version, self.settings,
                            lane.device.cuda_version)
         on_wait = batch.on_wait
-        on_busy = None if on_wait is None else functools.partial(
-            on_wait, f"waiting for another kevin process measuring this task's baseline on {lane.device.name}")
-        baseline, cached = self._book.get_or_measure(key, lambda: self._measure(lane, task, batch.cancel, on_wait),
-                                                     claim=claim, on_busy=on_busy)
+        baseline, cached = self._book.get_or_measure(
+            key, lambda: self._measure(lane, task, batch.cancel, on_wait), claim=claim, cancel=batch.cancel,
+            on_wait=on_wait, label=f"the measurement of this task's baseline on {lane.device.name}")
         if baseline is not None:
             self._used.setdefault((task.source, lane.device.name), (lane, baseline))
         return baseline, cached

@@ -69,6 +69,7 @@ class Baseline:
     torch_version: str = ""
     cuda_version: str = ""
     measured_seconds: Optional[float] = None  # how long measuring it took (parent's clock, job included)
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # the worker's parts of that (bench)
 
     @property
     def faster_ms(self) -> float:

@@ -30,6 +30,9 @@ def test_correct_kernel_passes_with_full_details(worker_pool, gpu_cache_dir, nam
     assert kernel.ci_low_ms is not None and kernel.ci_high_ms is not None
     assert kernel.ci_low_ms <= kernel.median_ms <= kernel.ci_high_ms
     assert t.torch_compile_seconds is not None and t.torch_compile_seconds > 0, result.stderr_tail
+    parts = d.environment.stage_seconds  # the baseline measured in this job says where its time went
+    assert {"baseline_eager", "baseline_launches", "baseline_compile", "baseline_compiled"} <= set(parts), parts
+    assert parts["baseline_compile"] >= t.torch_compile_seconds, parts
     assert t.speedup_vs_eager == pytest.approx(eager.median_ms / kernel.median_ms)
     assert t.speedup_vs_compile == pytest.approx(compiled.median_ms / kernel.median_ms)
     assert t.speedup_vs_eager is not None

@@ -7,7 +7,6 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from kevin_agent.evaluate.api import EvalSettings
 from kevin_agent.evaluate.protocol import Baseline
 from kevin_agent.evaluate.worker.context import Context, TaskProblem
 from kevin_agent.evaluate.worker.guards import snapshot
@@ -18,34 +17,43 @@ from kevin_agent.evaluate.worker.timing import Timer, stats_from_samples
 
 
 def measure_baseline(ctx: Context, task: Any, reference: Any) -> Baseline:
-    """Time the reference (eager, then torch.compile); TaskProblem when eager itself fails."""
+    """Time the reference (eager, then torch.compile); TaskProblem when eager itself fails. Each
+    part's seconds go into ``stage_seconds`` (``baseline_eager``, ``baseline_launches``,
+    ``baseline_compile``, ``baseline_compiled``, ``baseline_flops``): where a baseline job's time goes."""
     s, d = ctx.settings, ctx.details
     inputs = ctx.timing_inputs(task)
     timer = Timer(ctx.clock, ctx.flush)
     try:
-        eager = stats_from_samples(timer.time_adaptive(reference, snapshot(inputs), s.timing_trials,
-                                                       s.warmup_trials))
+        with ctx.stage("baseline_eager"):
+            eager = stats_from_samples(timer.time_adaptive(reference, snapshot(inputs), s.timing_trials,
+                                                           s.warmup_trials))
     except Exception as exc:
         raise TaskProblem(describe_exception(exc, None)) from exc
-    launches = reference_launches(ctx, reference, provenance_inputs(ctx, task))  # before torch.compile
-    compiled, compile_seconds = _time_compiled(timer, reference, snapshot(inputs), s) \
+    with ctx.stage("baseline_launches"):
+        launches = reference_launches(ctx, reference, provenance_inputs(ctx, task))  # before torch.compile
+    compiled, compile_seconds = _time_compiled(ctx, timer, reference, snapshot(inputs)) \
         if s.with_torch_compile else (None, None)
     baseline = Baseline(eager=eager, compiled=compiled, torch_compile_seconds=compile_seconds,
                         inputs=input_signature(inputs), gpu_name=d.environment.gpu_name or "",
                         gpu_uuid=d.environment.gpu_uuid or "", torch_version=d.environment.torch_version or "",
                         cuda_version=d.environment.cuda_version or "", reference_kernels=launches)
-    _add_work(baseline, reference, inputs)
+    with ctx.stage("baseline_flops"):
+        _add_work(baseline, reference, inputs)
+    baseline.stage_seconds = dict(d.environment.stage_seconds)
     return baseline
 
 
-def _time_compiled(timer: Timer, reference: Any, inputs: Any, s: EvalSettings) -> tuple[Any, float | None]:
+def _time_compiled(ctx: Context, timer: Timer, reference: Any, inputs: Any) -> tuple[Any, float | None]:
     """torch.compile of the reference: (TimingStats, compile seconds), or (None, None) on failure."""
     import torch
 
+    s = ctx.settings
     try:
-        compiled = torch.compile(reference)
-        seconds = timer.first_call_seconds(compiled, inputs)
-        samples = timer.time_adaptive(compiled, inputs, s.timing_trials, s.warmup_trials)
+        with ctx.stage("baseline_compile"):
+            compiled = torch.compile(reference)
+            seconds = timer.first_call_seconds(compiled, inputs)
+        with ctx.stage("baseline_compiled"):
+            samples = timer.time_adaptive(compiled, inputs, s.timing_trials, s.warmup_trials)
         return stats_from_samples(samples), seconds
     except Exception as exc:
         print(f"kevin-worker: torch.compile of the reference failed: {type(exc).__name__}: {exc}"[:2000],

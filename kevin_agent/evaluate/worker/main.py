@@ -64,11 +64,22 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="kevin-parent-watch", daemon=True).start()
 
 
+def _one_compile_thread() -> None:
+    """torch.compile compiles in this process: no pool of compile processes (one per core) started
+    in every baseline job, competing with the builds and the timing. Inductor reads the variable
+    when its config is first imported (``_warm_imports`` does), so it is set before that, and the
+    config itself where it was imported already."""
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+    config = sys.modules.get("torch._inductor.config")
+    if config is not None:
+        config.compile_threads = 1  # type: ignore[attr-defined]
+
+
 def _prepare_caches(cache_dir: Path) -> None:
     """torch.compile's caches next to the build cache, shared by every worker."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir / "inductor"))
     os.environ.setdefault("TRITON_CACHE_DIR", str(cache_dir / "triton"))
-    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # no compile pool left competing with timing
+    _one_compile_thread()
 
 
 def _warm_imports() -> None:
@@ -88,6 +99,7 @@ def main() -> int:
     torch.cuda.init()
     torch.empty(1, device=device)  # create the context now, while the worker is a spare
     stream = torch.cuda.current_stream(device)
+    _one_compile_thread()
     _warm_imports()
     captured = capture_references(own_modules=own)  # before any candidate code runs
     warm_profiler(captured, device)  # CUPTI's one-time setup off the candidate's clock (provenance)
