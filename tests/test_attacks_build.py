@@ -216,6 +216,20 @@ def test_a_compile_sees_no_api_key_and_its_home_is_its_folder(home: Path, tmp_pa
     assert API_KEY in control.stdout
 
 
+@pytest.mark.parametrize("confined", [pytest.param(True, marks=needs_sandbox), False], ids=["confined", "control"])
+def test_a_compile_runs_niced_below_kevin(tmp_path: Path, confined: bool) -> None:
+    """A batch's builds fill every core: they must leave the CPU to the GPU lane's worker first
+    (issue 20). Whatever a compile starts inherits it, through the sandbox too."""
+    from kevin_agent.evaluate.sandbox import compile_policy, launch_command
+
+    nice = shutil.which("nice", path="/usr/bin:/bin")
+    assert nice is not None
+    confine = (lambda argv: launch_command(compile_policy(tmp_path), argv, "required")) if confined else None
+    status, output = run_confined([nice], tmp_path, 60, confine)  # without arguments: prints its niceness
+    assert status == 0, output
+    assert int(output.strip().splitlines()[-1]) == min(19, os.nice(0) + 10)
+
+
 def test_every_child_environment_is_an_allow_list(home: Path) -> None:
     env = scrubbed_environment(scratch="/scratch")
     assert API_KEY not in env.values() and env["HOME"] == env["TMPDIR"] == "/scratch"

@@ -1,13 +1,14 @@
 """Our own ninja files (never torch's private writers) and the shared precompiled torch header.
 
-Every compile runs confined (``confine``: the sandbox's command prefix) with an allow-listed
-environment whose HOME and TMPDIR are its own build folder; what it prints comes back over a pipe
-(at most ``MAX_OUTPUT`` characters kept) and is appended by the parent to a log in a folder no
-compile can write, opened without following links.
+Every compile runs confined (``confine``: the sandbox's command prefix), niced below kevin itself
+(``BUILD_NICENESS``), with an allow-listed environment whose HOME and TMPDIR are its own build
+folder; what it prints comes back over a pipe (at most ``MAX_OUTPUT`` characters kept) and is
+appended by the parent to a log in a folder no compile can write, opened without following links.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -35,6 +36,10 @@ PCH_HEADER = "kevin_torch_ext.h"
 MAX_OUTPUT = 4_000_000  # characters of a compile's output kept (the rest is counted, not stored)
 TAIL_OUTPUT = 65_536  # ... except its last characters, where a limit that stopped the child is named
 Confine = Callable[[list[str]], list[str]]
+# Compiles run this much nicer than kevin itself: with a batch's builds filling every core, the GPU
+# lane's worker (a baseline's torch.compile, a candidate's timing) and the workers starting beside
+# it get the CPU first, and the builds still take every cycle they leave idle.
+BUILD_NICENESS = 10
 
 
 @dataclass
@@ -97,12 +102,25 @@ def append_log(log_path: Path, text: str) -> None:
         log.write(text)
 
 
+def niced(argv: list[str], env: dict[str, str]) -> list[str]:
+    """``argv`` under ``nice -n BUILD_NICENESS`` (found in /usr/bin or /bin, never on a PATH a
+    caller set), inherited by everything the step starts; ``argv`` as it is without a ``nice``. A
+    program not found on ``env``'s PATH raises FileNotFoundError, as starting it directly would."""
+    nice = shutil.which("nice", path="/usr/bin:/bin")
+    if nice is None:
+        return argv
+    if shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
+    return [nice, "-n", str(BUILD_NICENESS), *argv]
+
+
 def run_confined(argv: list[str], cwd: Path, timeout_s: float, confine: Optional[Confine]) -> tuple[int | None, str]:
     """(exit status or None at the time limit, output) of a compile step in ``cwd``; a timeout kills
     its whole process group. Output beyond MAX_OUTPUT is drained and dropped."""
+    env = compile_environment(cwd)
     proc = subprocess.Popen(
-        confine(argv) if confine is not None else argv, cwd=cwd, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=compile_environment(cwd), start_new_session=True,
+        niced(confine(argv) if confine is not None else argv, env), cwd=cwd, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True,
     )
     kept: list[bytes] = []
     reader = threading.Thread(target=_drain, args=(proc, kept), daemon=True)
