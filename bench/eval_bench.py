@@ -163,13 +163,14 @@ def bench_evaluator(candidates: list[BenchCandidate], cache_dir: Path, arch: str
         wall = time.perf_counter() - started
         workers = list(evaluator.last_worker_results)
         baselines = list(evaluator.last_baseline_results)  # measured while the first builds compile
+        aheads = list(evaluator.last_ahead_results)  # their torch.compile built before, off the lease
         evaluator.close()
     if errors:
         raise errors[0]
     return {
         "wall_s": wall,
-        "breakdown": breakdown(workers + baselines, [rows[c.id] for c in candidates if c.id in rows], started_clock,
-                               wall),
+        "breakdown": {**breakdown(workers + baselines, [rows[c.id] for c in candidates if c.id in rows],
+                                  started_clock, wall), **ahead_breakdown(aheads, baselines, started_clock)},
         "candidates_per_minute": 60.0 * len(candidates) / wall,
         "worker_start_s": summary([w.startup_s for w in workers if w.startup_s is not None]),
         "visible_wait_s": summary([w.waited_s for w in workers]),
@@ -220,6 +221,24 @@ def breakdown(workers: list[Any], rows: list[dict[str, Any]], started: float, wa
     }
 
 
+def ahead_breakdown(aheads: list[Any], baselines: list[Any], started: float) -> dict[str, Any]:
+    """The compile-ahead jobs (torch.compile of each task's reference, built off the GPU's lease
+    while the candidates compile): how many, their spans on the wall, how many built, and how many
+    baseline jobs then loaded torch.compile from the caches instead of building it under the lease."""
+    hits = [b.baseline.compile_cache_hit for b in baselines if b.baseline is not None]
+    return {
+        "ahead_jobs": len(aheads),
+        "ahead_built": sum(1 for a in aheads if a.compiled_ahead is not None and a.compiled_ahead.ok),
+        "ahead_timeline": [[round(a.ended_at - a.seconds - started, 3), round(a.ended_at - started, 3)]
+                           for a in sorted(aheads, key=lambda a: a.ended_at)],
+        "ahead_job_median_s": statistics.median([a.seconds for a in aheads]) if aheads else None,
+        "ahead_errors": sorted({a.compiled_ahead.error if a.compiled_ahead else a.verdict.message[:200]
+                                for a in aheads if not (a.compiled_ahead and a.compiled_ahead.ok)}),
+        "baseline_compiles_from_cache": sum(1 for hit in hits if hit is True),
+        "baseline_compiles": len(hits),
+    }
+
+
 def stage_medians(rows: list[dict[str, Any]]) -> dict[str, float]:
     """Each worker stage's median seconds over the candidates that reached it, in stage order."""
     seen: dict[str, list[float]] = {}
@@ -253,6 +272,11 @@ def render_breakdown(result: dict[str, Any]) -> list[str]:
     parts = part.get("baseline_stage_median_s") or {}
     if parts:
         lines.append("  baseline job parts, median s: " + ", ".join(f"{name} {s:.2f}" for name, s in parts.items()))
+    if "ahead_jobs" in part:
+        lines.append(f"  torch.compile built ahead, off the lease: {part['ahead_built']} of {part['ahead_jobs']} jobs"
+                     f" (median {_f(part['ahead_job_median_s'])}); baseline jobs that loaded it from the caches:"
+                     f" {part['baseline_compiles_from_cache']} of {part['baseline_compiles']}")
+        lines += [f"    not built: {error}" for error in part.get("ahead_errors", [])]
     return lines
 
 

@@ -115,6 +115,14 @@ def breakdown_lines(kevin: dict[str, Any]) -> list[str]:
     stages = part.get("worker_stage_median_s") or {}
     if stages:
         rows.append(["worker stages, median", ", ".join(f"{k} {num(v, 2, 's')}" for k, v in stages.items())])
+    parts = part.get("baseline_stage_median_s") or {}
+    if parts:
+        rows.append(["baseline job parts, median", ", ".join(f"{k} {num(v, 2, 's')}" for k, v in parts.items())])
+    if "ahead_jobs" in part:  # recorded since torch.compile is built ahead, off the lease
+        rows.append(["torch.compile built ahead, off the GPU's lease (jobs built / run, median)",
+                     f"{part['ahead_built']} / {part['ahead_jobs']}, {num(part.get('ahead_job_median_s'), 1, 's')}"])
+        rows.append(["baseline jobs that loaded torch.compile from the caches",
+                     f"{part['baseline_compiles_from_cache']} of {part['baseline_compiles']}"])
     return [""] + table(rows)
 
 

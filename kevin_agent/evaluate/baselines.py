@@ -113,6 +113,11 @@ class BaselineBook:
                         self._unclaimed.add(key)
                 return measured, False
 
+    def knows(self, key: str) -> bool:
+        """Whether the baseline of ``key`` is at hand without measuring it (in memory, or on disk
+        unless this book measures afresh)."""
+        return key in self._known or (not self.fresh and self._read(key) is not None)
+
     def _claimed(self, key: str, claim: bool) -> bool:
         """Whether this caller takes the report of a measurement made ahead (once per key)."""
         if claim and key in self._unclaimed:

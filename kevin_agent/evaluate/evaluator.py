@@ -4,7 +4,9 @@
 verdicts and queue sizes as they change, and honours ``cancel`` (a running worker is killed).
 Compiles run in a thread pool; each compiled candidate goes to the first free lane (one per GPU,
 ``evaluate.lanes``). A task's baseline (eager and torch.compile) is measured once per GPU model
-and reused. ``make_evaluator`` picks the real evaluator or the replay double.
+and reused; its torch.compile is built ahead, off the GPU's lease, while the candidates compile, so
+the baseline job under the lease only loads it. ``make_evaluator`` picks the real evaluator or the
+replay double.
 
 The environment check, the compile of one candidate, where the lanes come from and a lane's thread
 are parts one can hand in; the Ray evaluator (``evaluate.ray_lanes``) is this pipeline with its
@@ -20,7 +22,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Optional
 
@@ -41,6 +43,7 @@ EVALUATOR_ENV = "KEVIN_EVALUATOR"
 Compiler = Callable[[str, BuildCache, threading.Event], CompileOutcome]
 LaneServer = Callable[[GpuLane, LaneQueue], None]  # a lane's thread: serve the lane from the queue
 NINJA_JOBS_PER_BUILD = 2  # a build has two compile steps (kernels, wrapper) that can overlap
+AHEAD_AT_ONCE = 4  # compile-ahead jobs (a worker each, torch.compile of a new task's reference) at once
 
 
 class CudaEvaluator(Evaluator):
@@ -81,9 +84,12 @@ class CudaEvaluator(Evaluator):
         self._threads: list[threading.Thread] = []
         self._book = BaselineBook(None)
         self._used: dict[tuple[str, str], tuple[GpuLane, Baseline]] = {}  # (task, gpu) -> what was used
+        self._ahead: dict[str, Future[Optional[WorkerResult]]] = {}  # task source -> its compile-ahead job
+        self._aheads: Optional[ThreadPoolExecutor] = None
         self.gpu_name: Optional[str] = None
         self.last_worker_results: deque[WorkerResult] = deque(maxlen=4096)  # the latest jobs (bench)
         self.last_baseline_results: deque[WorkerResult] = deque(maxlen=256)  # the latest baseline jobs (bench)
+        self.last_ahead_results: deque[WorkerResult] = deque(maxlen=256)  # the latest compile-ahead jobs (bench)
 
     @property
     def cache_dir(self) -> Path:
@@ -138,6 +144,7 @@ class CudaEvaluator(Evaluator):
                 self._compiles.submit(self._cache.warm)  # the shared torch header, while candidates arrive
             self._book = BaselineBook(self.cache_dir / "baselines", fresh=self.settings.fresh_baselines)
             if not self.settings.compile_only:
+                self._aheads = ThreadPoolExecutor(max_workers=AHEAD_AT_ONCE, thread_name_prefix="kevin-compile-ahead")
                 self._start_lanes()
             return self._cache
 
@@ -202,7 +209,7 @@ class CudaEvaluator(Evaluator):
         if survivors and not batch.cancel.is_set():
             self._ensure_started()
             if not self.settings.compile_only:  # a lane measures the task's baseline while the builds run
-                self._queue.put(GpuItem.baseline_for(batch))
+                self._queue_baseline(batch)
             batch.count(compiling=len(survivors))
             for index in survivors:
                 future = self._submit_compile(codes[index], batch.cancel)
@@ -231,6 +238,60 @@ class CudaEvaluator(Evaluator):
         entries = [entry_dir(self._cache.root, r.key) for r in outcome.results if r.key]
         batch.count(compiling=-1, on_gpu=1)
         self._queue.put(GpuItem(batch, index, batch.codes[index], details, entries))
+
+    # -- the baseline's torch.compile, built ahead -----------------------------------------------
+
+    def _queue_baseline(self, batch: Batch) -> None:
+        """Queue the task's baseline for a lane; where its torch.compile is being built ahead, once
+        that build ended (so no lane waits for it)."""
+        lane_queue, item = self._queue, GpuItem.baseline_for(batch)
+        ahead = self._start_compile_ahead(batch)
+        if ahead is None:
+            lane_queue.put(item)
+        else:
+            ahead.add_done_callback(lambda _: lane_queue.put(item))
+
+    def _start_compile_ahead(self, batch: Batch) -> Optional[Future[Optional[WorkerResult]]]:
+        """The task's compile-ahead job (started now, once per task), on the first lane that is up
+        and lacks its baseline; None when torch.compile is not timed or every baseline is known."""
+        task = batch.task
+        if not self.settings.with_torch_compile or self._aheads is None:
+            return None
+        lane = next((one for one in self._lanes if one.up and not self._book.knows(self._baseline_key(one, task))),
+                    None)
+        if lane is None:
+            return None
+        with self._lock:
+            future = self._ahead.get(task.source)
+            if future is None:
+                future = self._aheads.submit(self._compile_ahead, lane, task, batch.cancel)
+                self._ahead[task.source] = future
+        return future
+
+    def _compile_ahead(self, lane: GpuLane, task: Task, cancel: threading.Event) -> Optional[WorkerResult]:
+        """Build torch.compile of the task's reference on ``lane`` without its lease (None when the
+        lane cannot, or it failed: the baseline job then builds it under the lease, as before)."""
+        job = WorkerJob(task.source, "", Path("unset"), self._job_settings(), cache_dir=self.cache_dir,
+                        compile_ahead=True)
+        try:
+            result = lane.compile_ahead(job, cancel=cancel)
+        except Exception as err:  # no worker started: nothing lost but the head start
+            print(f"kevin: torch.compile of the reference was not built ahead ({err}); the baseline job builds it",
+                  file=sys.stderr, flush=True)
+            return None
+        if result is not None:
+            self.last_ahead_results.append(result)
+        return result
+
+    def _await_compile_ahead(self, task: Task, cancel: threading.Event) -> None:
+        """Before a baseline job: let the task's running compile-ahead job end (the baseline job
+        loads its build); one not started yet is dropped (the baseline job builds it itself)."""
+        with self._lock:
+            future = self._ahead.get(task.source)
+        if future is None or future.cancel():
+            return
+        while not cancel.is_set() and not wait([future], timeout=0.05).done:
+            pass
 
     # -- the lanes ---------------------------------------------------------------------------------
 
@@ -285,8 +346,7 @@ class CudaEvaluator(Evaluator):
         whether it was reused (remembered or stored) rather than measured for this caller (a
         measurement ahead, ``claim=False``, is reported to the first candidate that claims it)."""
         task = batch.task
-        key = baseline_key(task.source, lane.device.name, lane.device.torch_version, self.settings,
-                           lane.device.cuda_version)
+        key = self._baseline_key(lane, task)
         on_wait = batch.on_wait
         baseline, cached = self._book.get_or_measure(
             key, lambda: self._measure(lane, task, batch.cancel, on_wait), claim=claim, cancel=batch.cancel,
@@ -295,8 +355,13 @@ class CudaEvaluator(Evaluator):
             self._used.setdefault((task.source, lane.device.name), (lane, baseline))
         return baseline, cached
 
+    def _baseline_key(self, lane: GpuLane, task: Task) -> str:
+        device = lane.device
+        return baseline_key(task.source, device.name, device.torch_version, self.settings, device.cuda_version)
+
     def _measure(self, lane: GpuLane, task: Task, cancel: threading.Event,
                  on_wait: Optional[WaitCallback]) -> Optional[Baseline]:
+        self._await_compile_ahead(task, cancel)
         job = WorkerJob(task.source, "", Path("unset"), self._job_settings(), cache_dir=self.cache_dir,
                         measure_baseline=True)
         result = lane.run(job, cancel=cancel, on_wait=on_wait, last=False)
@@ -323,9 +388,7 @@ class CudaEvaluator(Evaluator):
             fresh = self._measure(lane, task, threading.Event(), None)
             if fresh is not None:
                 drifts.append(drift(used, fresh))
-                key = baseline_key(task.source, gpu, lane.device.torch_version, self.settings,
-                                   lane.device.cuda_version)
-                self._book.put(key, fresh)
+                self._book.put(self._baseline_key(lane, task), fresh)
         return drifts
 
     def close(self) -> None:
@@ -334,12 +397,15 @@ class CudaEvaluator(Evaluator):
             lanes, self._lanes = self._lanes, []
             threads, self._threads = self._threads, []
             compiles, self._compiles = self._compiles, None
+            aheads, self._aheads = self._aheads, None
+            self._ahead = {}
             self._cache = None
         self._queue.stop(len(threads))
         for lane in lanes:
             lane.close()
-        if compiles is not None:
-            compiles.shutdown(wait=False, cancel_futures=True)
+        for pool in (compiles, aheads):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
 
 
 def local_compile(code: str, cache: BuildCache, cancel: threading.Event) -> CompileOutcome:

@@ -35,11 +35,12 @@ from kevin_agent.evaluate.processes import (
     crash_reason,
     crash_verdict,
     kill_group,
+    niced,
     read_child_file,
     scrubbed_environment,
     tail_text,
 )
-from kevin_agent.evaluate.protocol import READY_LINE, Baseline, WorkerJob, WorkerReply
+from kevin_agent.evaluate.protocol import READY_LINE, Baseline, CompiledAhead, WorkerJob, WorkerReply
 from kevin_agent.evaluate.sandbox.limits import limit_message
 from kevin_agent.evaluate.sandbox.relay import EXIT_LIMIT
 
@@ -66,6 +67,7 @@ class WorkerResult:
     waited_s: float = 0.0  # how long the caller waited for a ready process (the visible start cost)
     task_failure: Optional[str] = None  # the reference task itself failed (WorkerReply.task_failure)
     baseline: Optional[Baseline] = None  # a baseline job's measurement
+    compiled_ahead: Optional[CompiledAhead] = None  # a compile-ahead job's outcome
     ended_at: float = field(default_factory=time.monotonic)  # the parent's clock when the job ended (bench)
 
 
@@ -99,9 +101,10 @@ class WorkerPool:
 
     ``command`` replaces the worker command (tests use stand-in workers). Beside each worker a
     judge process starts (``judge_command``; by default with the default worker command only):
-    a verdict that passed counts only when the judge confirms its outputs (``judgement``). ``base_env`` is the
-    environment to scrub (default: ``os.environ`` at spawn time). Thread-safe for one caller at a
-    time; ``close()`` may be called from any thread.
+    a verdict that passed counts only when the judge confirms its outputs (``judgement``); ``judge=False``
+    starts none (jobs that judge no candidate). ``base_env`` is the environment to scrub (default:
+    ``os.environ`` at spawn time); ``niceness`` > 0 starts each worker that much nicer (``nice``).
+    Thread-safe for one caller at a time; ``close()`` may be called from any thread.
     """
 
     def __init__(
@@ -119,9 +122,14 @@ class WorkerPool:
         confine: Optional[Confine] = None,
         judge_command: Optional[Sequence[str]] = None,
         judge_timeout_s: float = 180.0,
+        judge: bool = True,
+        niceness: int = 0,
     ) -> None:
         self.command = tuple(command) if command else DEFAULT_WORKER_COMMAND
         self.judge_command = tuple(judge_command) if judge_command else (None if command else DEFAULT_JUDGE_COMMAND)
+        if not judge:
+            self.judge_command = None
+        self.niceness = niceness
         self.judge_timeout_s = judge_timeout_s
         self.run_timeout_s = run_timeout_s
         self.start_timeout_s = start_timeout_s
@@ -150,6 +158,8 @@ class WorkerPool:
         env.update(self.extra_env)
         with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
             command = self.confine(scratch, self.command) if self.confine else list(self.command)
+            if self.niceness > 0:
+                command = niced(command, env, self.niceness)
             proc = subprocess.Popen(
                 command,
                 stdin=subprocess.PIPE,
@@ -340,6 +350,8 @@ class WorkerPool:
         if reply is not None and not hmac.compare_digest(reply.token, job.reply_token):
             return WorkerResult(crash_verdict(FORGED_REPLY, stderr_tail), worker.pid, seconds, returncode, True,
                                 stderr_tail=stderr_tail, waited_s=waited_s)
+        if reply is not None and reply.compiled_ahead is not None:
+            return _ahead_result(reply.compiled_ahead, worker.pid, seconds, returncode, stderr_tail, waited_s)
         if reply is not None and (reply.verdict is not None or reply.baseline is not None):
             verdict = reply.verdict or Verdict(Stage.TIMING, True, "baseline measured", VerdictDetails())
             if reply.verdict is not None and self.judge_command and needs_judge(verdict):
@@ -433,6 +445,14 @@ def read_line(pipe: IO[bytes], timeout_s: float, limit: int) -> Optional[bytes]:
             break
         data += chunk
     return data[:limit]
+
+
+def _ahead_result(ahead: CompiledAhead, pid: int, seconds: float, returncode: Optional[int], stderr_tail: str,
+                  waited_s: float) -> WorkerResult:
+    """A compile-ahead job's result: built (ok) or why not, no candidate verdict."""
+    message = "torch.compile of the reference built ahead" if ahead.ok else ahead.error
+    return WorkerResult(Verdict(Stage.COMPILE, ahead.ok, message, VerdictDetails()), pid, seconds, returncode, False,
+                        stderr_tail=stderr_tail, waited_s=waited_s, compiled_ahead=ahead)
 
 
 def _cancelled_result(pid: int, seconds: float = 0.0) -> WorkerResult:

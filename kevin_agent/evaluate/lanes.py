@@ -1,5 +1,7 @@
 """Lanes: one per GPU. A lane runs worker jobs (a candidate's GPU stages, or a task's baseline)
-one at a time under the GPU's cross-process lease, each in a fresh, killable worker process.
+one at a time under the GPU's cross-process lease, each in a fresh, killable worker process. A
+local lane also runs compile-ahead jobs (torch.compile of a baseline's reference, built into the
+caches and never run) beside them, off the lease: compiles never hold the GPU.
 
 ``LocalLane`` is a GPU of this machine. A remote lane (``evaluate.ray_lanes.RayLane``) implements
 the same ``GpuLane`` interface, so the evaluator's scheduler spreads candidates over both alike.
@@ -20,6 +22,7 @@ from typing import Optional
 from kevin_agent.evaluate.api import EvalSettings, WaitCallback
 from kevin_agent.evaluate.isolation import Confine, WorkerPool, WorkerResult
 from kevin_agent.evaluate.lease import GpuLease
+from kevin_agent.evaluate.processes import BUILD_NICENESS
 from kevin_agent.evaluate.protocol import Baseline, WorkerJob
 
 RUN_LIMIT_FLOOR_S = 20.0  # process start-up, extension import, first forward
@@ -70,6 +73,12 @@ class GpuLane(ABC):
         """Run one job (``build_entries``: the cache entries its extensions were built into, for
         lanes on other machines). ``last``: no further job is queued, start no spare."""
 
+    def compile_ahead(self, job: WorkerJob, *, cancel: Optional[threading.Event] = None,
+                      timeout_s: Optional[float] = None) -> Optional[WorkerResult]:
+        """Run a compile-ahead job now, off the lease and beside this lane's other jobs; None where
+        the lane cannot (the baseline job then compiles under the lease)."""
+        return None
+
     def warm(self) -> None:  # noqa: B027 - an optional hook: a no-op unless overridden
         """Start worker processes ahead of the first job; nothing to warm by default."""
 
@@ -94,6 +103,32 @@ class LocalLane(GpuLane):
         self.pool = WorkerPool(worker_command, run_timeout_s=settings.run_timeout_s, extra_env=env,
                                spares=spares, confine=confine, scratch_root=scratch_root)
         self.lease = GpuLease(device.uuid, device.label, lease_folder)
+        self._ahead_pools: set[WorkerPool] = set()  # compile-ahead jobs running now (closed with the lane)
+        self._ahead_lock = threading.Lock()
+        self._closed = False
+
+    def compile_ahead(self, job: WorkerJob, *, cancel: Optional[threading.Event] = None,
+                      timeout_s: Optional[float] = None) -> Optional[WorkerResult]:
+        """The job in a worker of its own (confined as every worker, niced as the builds, no judge),
+        without the lease: it may run while another job holds the GPU."""
+        base = self.pool
+        pool = WorkerPool(base.command, run_timeout_s=base.run_timeout_s, spare=False, extra_env=base.extra_env,
+                          confine=base.confine, scratch_root=base.scratch_root, judge=False,
+                          niceness=BUILD_NICENESS)
+        with self._ahead_lock:
+            if self._closed:
+                return None
+            self._ahead_pools.add(pool)
+        try:
+            return pool.run(job, cancel=cancel, start_next=False, timeout_s=timeout_s)
+        except RuntimeError:  # the lane closed it before it ran: nothing to build for
+            if self._closed:
+                return None
+            raise
+        finally:
+            with self._ahead_lock:
+                self._ahead_pools.discard(pool)
+            pool.close()
 
     def run(self, job: WorkerJob, *, build_entries: Sequence[Path] = (),
             cancel: Optional[threading.Event] = None, timeout_s: Optional[float] = None,
@@ -120,7 +155,11 @@ class LocalLane(GpuLane):
         self.pool.start_spare()
 
     def close(self) -> None:
-        self.pool.close()
+        with self._ahead_lock:
+            self._closed = True
+            ahead = list(self._ahead_pools)
+        for pool in (self.pool, *ahead):
+            pool.close()
 
 
 def worker_confinement(mode: str, cache_dir: Path) -> Confine:

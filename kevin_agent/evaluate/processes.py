@@ -1,12 +1,14 @@
-"""Process-level helpers of the isolation layer: secret scrubbing, group kill, crash reasons.
+"""Process-level helpers of the isolation layer: secret scrubbing, niceness, group kill, crash reasons.
 
 Standard library only.
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -56,6 +58,24 @@ def scrubbed_environment(base: Optional[Mapping[str, str]] = None, scratch: Opti
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root(), source.get("PYTHONPATH", "")) if p)
     return env
+
+
+# Compiles (builds, torch.compile ahead of a baseline) run this much nicer than kevin itself: with a
+# batch's builds filling every core, the GPU lane's worker (a baseline's timing, a candidate's) and
+# the workers starting beside it get the CPU first, and the compiles still take every cycle left idle.
+BUILD_NICENESS = 10
+
+
+def niced(argv: list[str], env: Mapping[str, str], niceness: int = BUILD_NICENESS) -> list[str]:
+    """``argv`` under ``nice -n NICENESS`` (found in /usr/bin or /bin, never on a PATH a caller
+    set), inherited by everything it starts; ``argv`` as it is without a ``nice``. A program not
+    found on ``env``'s PATH raises FileNotFoundError, as starting it directly would."""
+    nice = shutil.which("nice", path="/usr/bin:/bin")
+    if nice is None:
+        return argv
+    if shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
+    return [nice, "-n", str(niceness), *argv]
 
 
 def package_root() -> str:

@@ -69,6 +69,8 @@ class Baseline:
     torch_version: str = ""
     cuda_version: str = ""
     measured_seconds: Optional[float] = None  # how long measuring it took (parent's clock, job included)
+    # torch.compile's build came from Inductor's caches (a compile-ahead job filled them); None: not known
+    compile_cache_hit: Optional[bool] = None
     stage_seconds: dict[str, float] = field(default_factory=dict)  # the worker's parts of that (bench)
 
     @property
@@ -92,7 +94,8 @@ class Baseline:
 
 @dataclass
 class WorkerJob:
-    """One job for one GPU worker: judge a candidate, or measure the task's baseline."""
+    """One job for one GPU worker: judge a candidate, measure the task's baseline, or build the
+    baseline's torch.compile ahead (``compile_ahead``: into the shared caches, nothing run or timed)."""
 
     task_source: str
     candidate_source: str  # "" for a baseline job
@@ -102,6 +105,7 @@ class WorkerJob:
     scratch_dir: Optional[Path] = None  # the worker's own folder for the candidate's files
     baseline: Optional[Baseline] = None  # candidate jobs: the reference's timings to compare with
     measure_baseline: bool = False  # a baseline job: time the reference only
+    compile_ahead: bool = False  # build torch.compile of the reference into the caches, run nothing
     build_entries: tuple[str, ...] = ()  # the cache entries of the candidate's extensions (readable)
     protect: tuple[str, ...] = ()  # folders confined candidate code must never see (the repository)
     reply_token: str = ""  # drawn by the parent per job; a reply without it is not the worker's own
@@ -114,7 +118,8 @@ class WorkerJob:
             "cache_dir": str(self.cache_dir) if self.cache_dir else None,
             "scratch_dir": str(self.scratch_dir) if self.scratch_dir else None,
             "baseline": self.baseline.to_dict() if self.baseline else None,
-            "measure_baseline": self.measure_baseline, "build_entries": list(self.build_entries),
+            "measure_baseline": self.measure_baseline, "compile_ahead": self.compile_ahead,
+            "build_entries": list(self.build_entries),
             "protect": list(self.protect), "reply_token": self.reply_token,
             "witness_path": str(self.witness_path) if self.witness_path else None,
         })
@@ -142,21 +147,22 @@ class WorkerJob:
             raise BadJob(f"job {path} has a bad baseline: {exc}") from exc
         return cls(raw["task_source"], raw["candidate_source"], Path(raw["result_path"]), settings,
                    Path(cache) if cache else None, Path(scratch) if scratch else None, baseline,
-                   bool(raw.get("measure_baseline")), tuple(raw.get("build_entries") or ()),
-                   tuple(raw.get("protect") or ()), str(raw.get("reply_token") or ""),
-                   Path(raw["witness_path"]) if raw.get("witness_path") else None)
+                   bool(raw.get("measure_baseline")), bool(raw.get("compile_ahead")),
+                   tuple(raw.get("build_entries") or ()), tuple(raw.get("protect") or ()),
+                   str(raw.get("reply_token") or ""), Path(raw["witness_path"]) if raw.get("witness_path") else None)
 
 
 @dataclass
 class WorkerReply:
-    """The worker's answer: the candidate's verdict (or the measured baseline), or why the
-    reference task itself failed."""
+    """The worker's answer: the candidate's verdict (or the measured baseline, or the parts of a
+    compile-ahead job), or why the reference task itself failed."""
 
     verdict: Optional[Verdict] = None
     task_failure: Optional[str] = None  # one line: the user's module fails, not the candidate
     task_failure_detail: str = ""
     baseline: Optional[Baseline] = None
     token: str = ""  # the job's ``reply_token``, echoed: what the parent checks the reply by
+    compiled_ahead: Optional[CompiledAhead] = None
 
     def to_json(self) -> str:
         return json.dumps({
@@ -164,6 +170,7 @@ class WorkerReply:
             "task_failure": self.task_failure, "task_failure_detail": self.task_failure_detail,
             "baseline": self.baseline.to_dict() if self.baseline is not None else None,
             "token": self.token,
+            "compiled_ahead": dataclasses.asdict(self.compiled_ahead) if self.compiled_ahead is not None else None,
         })
 
     @classmethod
@@ -174,12 +181,28 @@ class WorkerReply:
             raw = json.loads(read_child_file(Path(path)))
             verdict = Verdict.from_dict(raw["verdict"]) if raw.get("verdict") else None
             baseline = Baseline.from_dict(raw["baseline"]) if raw.get("baseline") else None
+            ahead = CompiledAhead.from_dict(raw["compiled_ahead"]) if raw.get("compiled_ahead") else None
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        if verdict is None and baseline is None and not raw.get("task_failure"):
+        if verdict is None and baseline is None and ahead is None and not raw.get("task_failure"):
             return None
         return cls(verdict, raw.get("task_failure"), raw.get("task_failure_detail") or "", baseline,
-                   str(raw.get("token") or ""))
+                   str(raw.get("token") or ""), ahead)
+
+
+@dataclass
+class CompiledAhead:
+    """What a compile-ahead job did: whether torch.compile built the reference (``error`` says why
+    not, one line) and the worker's seconds per part (``reference``, ``baseline_compile_ahead``)."""
+
+    ok: bool
+    error: str = ""
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> CompiledAhead:
+        seconds = raw.get("stage_seconds") or {}
+        return cls(bool(raw["ok"]), str(raw.get("error") or ""), {str(k): float(v) for k, v in seconds.items()})
 
 
 @dataclass

@@ -4,8 +4,12 @@ and exit are contained; repeated timing is reproducible."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+from typing import Any
+
 import pytest
-from gpu_helpers import adversarial_candidate, correct_candidate, run_job, task_source
+from gpu_helpers import adversarial_candidate, build_arch, correct_candidate, log_record, run_job, task_source
 
 from kevin_agent import feedback
 from kevin_agent.data import Stage
@@ -165,3 +169,38 @@ def test_the_lead_in_holds_the_device_for_the_time_asked():
     clock.record(end, clock.stream)
     clock.synchronize()
     assert 0.4 <= clock.elapsed_time(start, end) <= 5.0  # at a lower real clock it lasts longer
+
+
+def _baseline_on_a_lane(cache_dir: Path, ahead: bool) -> tuple[Any, Any]:
+    """(the compile-ahead job's result or None, the baseline job's result) for the gelu task, each in
+    a confined worker of a real lane whose caches live under ``cache_dir``."""
+    from kevin_agent.evaluate.api import EvalSettings
+    from kevin_agent.evaluate.lanes import LocalLane, local_devices
+    from kevin_agent.evaluate.protocol import WorkerJob
+
+    settings = EvalSettings(arch=build_arch(), cache_dir=cache_dir, timing_trials=20, warmup_trials=3)
+    lane = LocalLane(local_devices()[0], settings, spares=0, cache_dir=cache_dir)
+    job = WorkerJob(task_source("gelu"), "", Path("unset"), settings, cache_dir=cache_dir)
+    try:
+        built = lane.compile_ahead(dataclasses.replace(job, compile_ahead=True)) if ahead else None
+        return built, lane.run(dataclasses.replace(job, measure_baseline=True))
+    finally:
+        lane.close()
+
+
+def test_a_baseline_after_its_compile_ahead_loads_torch_compile_from_the_caches(tmp_path):
+    """Issue 20: the job ahead builds off the lease; the baseline job under it then loads the build.
+    The control, a cold cache, builds under the lease."""
+    built, measured = _baseline_on_a_lane(tmp_path / "ahead", ahead=True)
+    assert built is not None and built.compiled_ahead is not None, (built and built.stderr_tail)
+    assert built.compiled_ahead.ok, (built.compiled_ahead.error, built.stderr_tail)
+    _, cold = _baseline_on_a_lane(tmp_path / "cold", ahead=False)
+    seconds = {}
+    for name, result in (("after the job ahead", measured), ("cold", cold)):
+        baseline = result.baseline
+        assert baseline is not None and baseline.compiled is not None, result.stderr_tail
+        seconds[name] = baseline.stage_seconds.get("baseline_compile")
+    log_record({"event": "compile_ahead", "ahead_parts": built.compiled_ahead.stage_seconds,
+                "baseline_compile_s": seconds})
+    assert measured.baseline is not None and measured.baseline.compile_cache_hit is True, seconds
+    assert cold.baseline is not None and cold.baseline.compile_cache_hit is False, seconds

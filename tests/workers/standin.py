@@ -56,6 +56,24 @@ def write_baseline(path: str, eager_ms: float = 1.2, compiled_ms: float = 0.8, t
     os.replace(tmp, path)
 
 
+def compile_ahead(job: dict) -> None:
+    """A compile-ahead job: 'builds' for $STANDIN_AHEAD_S seconds (default 0), appends its pid and
+    both ends' times to $STANDIN_AHEAD_LOG when set, and says it built."""
+    started = time.time()
+    time.sleep(float(os.environ.get("STANDIN_AHEAD_S", "0")))
+    log = os.environ.get("STANDIN_AHEAD_LOG")
+    if log:
+        with open(log, "a") as handle:
+            handle.write(json.dumps({"pid": os.getpid(), "started": started, "ended": time.time(),
+                                     "niceness": os.nice(0)}) + "\n")
+    reply = {"compiled_ahead": {"ok": True, "stage_seconds": {"baseline_compile_ahead": time.time() - started}},
+             "token": job.get("reply_token", "")}
+    tmp = job["result_path"] + ".tmp"
+    with open(tmp, "w") as handle:
+        json.dump(reply, handle)
+    os.replace(tmp, job["result_path"])
+
+
 def main(start_mode: str) -> None:
     if start_mode == "noready":
         print("cannot start: no CUDA here", file=sys.stderr)
@@ -66,6 +84,9 @@ def main(start_mode: str) -> None:
     job_path = sys.stdin.readline().strip()
     with open(job_path) as handle:
         job = json.load(handle)
+    if job.get("compile_ahead"):
+        compile_ahead(job)
+        return
     if job.get("measure_baseline"):
         write_baseline(job["result_path"], token=job.get("reply_token", ""))
         return

@@ -8,7 +8,6 @@ appended by the parent to a log in a folder no compile can write, opened without
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import hashlib
 import json
@@ -29,17 +28,13 @@ from typing import Optional
 
 from kevin_agent.evaluate.build.flags import Toolchain, ninja_binary
 from kevin_agent.evaluate.build.log import sandbox_refused
-from kevin_agent.evaluate.processes import scrubbed_environment
+from kevin_agent.evaluate.processes import niced, scrubbed_environment
 from kevin_agent.safe_text import terminal_safe
 
 PCH_HEADER = "kevin_torch_ext.h"
 MAX_OUTPUT = 4_000_000  # characters of a compile's output kept (the rest is counted, not stored)
 TAIL_OUTPUT = 65_536  # ... except its last characters, where a limit that stopped the child is named
 Confine = Callable[[list[str]], list[str]]
-# Compiles run this much nicer than kevin itself: with a batch's builds filling every core, the GPU
-# lane's worker (a baseline's torch.compile, a candidate's timing) and the workers starting beside
-# it get the CPU first, and the builds still take every cycle they leave idle.
-BUILD_NICENESS = 10
 
 
 @dataclass
@@ -100,18 +95,6 @@ def append_log(log_path: Path, text: str) -> None:
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     with open(fd, "a", encoding="utf-8", errors="replace") as log:
         log.write(text)
-
-
-def niced(argv: list[str], env: dict[str, str]) -> list[str]:
-    """``argv`` under ``nice -n BUILD_NICENESS`` (found in /usr/bin or /bin, never on a PATH a
-    caller set), inherited by everything the step starts; ``argv`` as it is without a ``nice``. A
-    program not found on ``env``'s PATH raises FileNotFoundError, as starting it directly would."""
-    nice = shutil.which("nice", path="/usr/bin:/bin")
-    if nice is None:
-        return argv
-    if shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
-    return [nice, "-n", str(BUILD_NICENESS), *argv]
 
 
 def run_confined(argv: list[str], cwd: Path, timeout_s: float, confine: Optional[Confine]) -> tuple[int | None, str]:

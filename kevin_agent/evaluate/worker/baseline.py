@@ -1,19 +1,28 @@
 """The baseline job: the reference timed once per task, GPU and settings (eager and torch.compile,
 adaptive trials, L2 flushed), with what the speed of light needs and the reference's GPU launch
-count (provenance's partial policy), reused for every candidate."""
+count (provenance's partial policy), reused for every candidate.
+
+The compile-ahead job comes before it, off the GPU's lease: torch.compile builds the reference
+(Inductor's code, its Triton kernels) into the shared caches and runs nothing, so the baseline job
+under the lease loads that build instead of compiling (``Baseline.compile_cache_hit``)."""
 
 from __future__ import annotations
 
 import sys
 from typing import Any
 
-from kevin_agent.evaluate.protocol import Baseline
+from kevin_agent.evaluate.protocol import Baseline, CompiledAhead
 from kevin_agent.evaluate.worker.context import Context, TaskProblem
 from kevin_agent.evaluate.worker.guards import snapshot
 from kevin_agent.evaluate.worker.loader import describe_exception
 from kevin_agent.evaluate.worker.provenance import provenance_inputs, reference_launches
 from kevin_agent.evaluate.worker.speed_of_light import count_flops, dominant_dtype, dtype_name, min_bytes, tensors_in
 from kevin_agent.evaluate.worker.timing import Timer, stats_from_samples
+
+# A compile-ahead job shares the GPU with whatever is leased there: its reference and inputs may
+# take at most this share of the device's memory (more fails it at once, and the baseline job
+# compiles under the lease as before), so it cannot run a candidate beside it out of memory.
+AHEAD_MEMORY_FRACTION = 1 / 16
 
 
 def measure_baseline(ctx: Context, task: Any, reference: Any) -> Baseline:
@@ -31,34 +40,117 @@ def measure_baseline(ctx: Context, task: Any, reference: Any) -> Baseline:
         raise TaskProblem(describe_exception(exc, None)) from exc
     with ctx.stage("baseline_launches"):
         launches = reference_launches(ctx, reference, provenance_inputs(ctx, task))  # before torch.compile
-    compiled, compile_seconds = _time_compiled(ctx, timer, reference, snapshot(inputs)) \
-        if s.with_torch_compile else (None, None)
+    compiled, compile_seconds, cache_hit = _time_compiled(ctx, timer, reference, snapshot(inputs)) \
+        if s.with_torch_compile else (None, None, None)
     baseline = Baseline(eager=eager, compiled=compiled, torch_compile_seconds=compile_seconds,
                         inputs=input_signature(inputs), gpu_name=d.environment.gpu_name or "",
                         gpu_uuid=d.environment.gpu_uuid or "", torch_version=d.environment.torch_version or "",
-                        cuda_version=d.environment.cuda_version or "", reference_kernels=launches)
+                        cuda_version=d.environment.cuda_version or "", reference_kernels=launches,
+                        compile_cache_hit=cache_hit)
     with ctx.stage("baseline_flops"):
         _add_work(baseline, reference, inputs)
     baseline.stage_seconds = dict(d.environment.stage_seconds)
     return baseline
 
 
-def _time_compiled(ctx: Context, timer: Timer, reference: Any, inputs: Any) -> tuple[Any, float | None]:
-    """torch.compile of the reference: (TimingStats, compile seconds), or (None, None) on failure."""
+def _time_compiled(ctx: Context, timer: Timer, reference: Any,
+                   inputs: Any) -> tuple[Any, float | None, bool | None]:
+    """torch.compile of the reference: (TimingStats, compile seconds, whether the build came from
+    the caches: ``_served_from_cache``), or (None, None, None) on failure."""
     import torch
 
     s = ctx.settings
     try:
         with ctx.stage("baseline_compile"):
+            before = _cache_counts()
             compiled = torch.compile(reference)
             seconds = timer.first_call_seconds(compiled, inputs)
+            cache_hit = _served_from_cache(before, _cache_counts())
         with ctx.stage("baseline_compiled"):
             samples = timer.time_adaptive(compiled, inputs, s.timing_trials, s.warmup_trials)
-        return stats_from_samples(samples), seconds
+        return stats_from_samples(samples), seconds, cache_hit
     except Exception as exc:
         print(f"kevin-worker: torch.compile of the reference failed: {type(exc).__name__}: {exc}"[:2000],
               file=sys.stderr)
-        return None, None
+        return None, None, None
+
+
+def limit_ahead_memory(device: Any) -> None:
+    """Cap this process's GPU memory for a compile-ahead job (``AHEAD_MEMORY_FRACTION``)."""
+    import torch
+
+    torch.cuda.set_per_process_memory_fraction(AHEAD_MEMORY_FRACTION, device)
+
+
+class _Built(Exception):
+    """Raised where the compiled reference would run: a compile-ahead job runs nothing."""
+
+
+class _BuildOnly:
+    """A torch.compile backend: torch.compile's default (Inductor, no mode or options), which builds
+    the graph into its caches exactly as the baseline job's ``torch.compile(reference)`` will look
+    it up; what it returns refuses to run."""
+
+    def __init__(self) -> None:
+        from torch import _TorchCompileInductorWrapper
+
+        self.inductor = _TorchCompileInductorWrapper(None, None, None)
+
+    def __call__(self, graph: Any, example_inputs: Any) -> Any:
+        self.inductor(graph, example_inputs)
+
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            raise _Built()
+
+        return refuse
+
+    def __getattr__(self, name: str) -> Any:  # what dynamo asks of a backend, answered as Inductor's
+        return getattr(self.inductor, name)
+
+
+def compile_ahead(ctx: Context, task: Any, reference: Any) -> CompiledAhead:
+    """torch.compile's build of the reference on the timing inputs (seeded as the baseline job's),
+    into Inductor's and Triton's caches, stopped before the compiled graph runs. Never raises."""
+    import torch
+
+    def parts() -> dict[str, float]:
+        return dict(ctx.details.environment.stage_seconds)
+
+    inputs = ctx.timing_inputs(task)
+    try:
+        with ctx.stage("baseline_compile_ahead"):
+            compiled = torch.compile(reference, backend=_BuildOnly())
+            with torch.no_grad():
+                compiled(*snapshot(inputs))
+    except _Built:
+        return CompiledAhead(True, stage_seconds=parts())
+    except Exception as exc:
+        return CompiledAhead(False, f"{type(exc).__name__}: {exc}".splitlines()[0][:500], parts())
+    return CompiledAhead(False, "torch.compile ran the reference without a graph to build", parts())
+
+
+def _cache_counts() -> dict[str, int]:
+    """Hits and misses so far of torch.compile's graph caches: AOT autograd's (``aot_*``) and
+    Inductor's FX graphs (``fx_*``, the costly build)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return {}
+    aot, inductor = counters["aot_autograd"], counters["inductor"]
+    return {"aot_hit": int(aot["autograd_cache_hit"]), "aot_miss": int(aot["autograd_cache_miss"]),
+            "fx_hit": int(inductor["fxgraph_cache_hit"]), "fx_miss": int(inductor["fxgraph_cache_miss"])}
+
+
+def _served_from_cache(before: dict[str, int], after: dict[str, int]) -> bool | None:
+    """Whether a compile between two ``_cache_counts`` came from the caches: False when Inductor
+    built a graph (or AOT autograd missed and nothing hit), True when a cache served it, None when
+    it asked neither (a cache bypassed, or the counters are gone)."""
+    delta = {name: after.get(name, 0) - before.get(name, 0) for name in ("aot_hit", "aot_miss", "fx_hit", "fx_miss")}
+    if delta["fx_miss"] > 0:
+        return False
+    if delta["aot_hit"] + delta["fx_hit"] > 0:
+        return True
+    return False if delta["aot_miss"] > 0 else None
 
 
 def _add_work(baseline: Baseline, reference: Any, inputs: Any) -> None:

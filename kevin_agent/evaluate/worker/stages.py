@@ -1,5 +1,6 @@
-"""The worker's job: a baseline (the reference timed once), or a candidate's stages
-(load, correctness, provenance, timing against the baseline, speed of light) -> one ``WorkerReply``.
+"""The worker's job: a baseline (the reference timed once), torch.compile of it built ahead, or a
+candidate's stages (load, correctness, provenance, timing against the baseline, speed of light)
+-> one ``WorkerReply``.
 
 Runs inside the isolated worker process only (it executes model-written code).
 """
@@ -17,7 +18,7 @@ from kevin_agent import feedback
 from kevin_agent.data import Stage, Verdict, VerdictDetails, flag_untrusted
 from kevin_agent.evaluate.protocol import Baseline, WorkerJob, WorkerReply
 from kevin_agent.evaluate.provenance.policy import profile_feedback
-from kevin_agent.evaluate.worker.baseline import measure_baseline
+from kevin_agent.evaluate.worker.baseline import compile_ahead, limit_ahead_memory, measure_baseline
 from kevin_agent.evaluate.worker.context import Context, TaskProblem, environment_details, load_reference
 from kevin_agent.evaluate.worker.correctness import (
     CorrectnessHarness,
@@ -63,13 +64,18 @@ def evaluate_job(job: WorkerJob, cache_dir: Path, captured: CapturedReferences, 
         clock = Clock.from_captured(captured, stream, device_cycles_per_ms(device))
         ctx = Context(captured, clock, device, job.settings, environment_details(device), scratch / "candidate.py",
                       make_flush(device))
-        if job.witness_path is not None and not job.measure_baseline:
+        reference_only = job.measure_baseline or job.compile_ahead
+        if job.witness_path is not None and not reference_only:
             from kevin_agent.evaluate.judge_wire import WitnessWriter
 
             ctx.witness = WitnessWriter(job.witness_path)  # its folder made before any candidate code
+        if job.compile_ahead:
+            limit_ahead_memory(device)  # before the reference takes any
         with ctx.stage("reference"):
-            peaks = None if job.measure_baseline else _peaks(cache_dir, ctx)  # before candidate code runs
+            peaks = None if reference_only else _peaks(cache_dir, ctx)  # before candidate code runs
             task, reference, init_inputs = load_reference(job.task_source, scratch, ctx)
+        if job.compile_ahead:
+            return WorkerReply(compiled_ahead=compile_ahead(ctx, task, reference))
         if job.measure_baseline:
             return WorkerReply(baseline=measure_baseline(ctx, task, reference))
         if job.baseline is None:

@@ -1,0 +1,302 @@
+"""torch.compile of a baseline's reference built ahead, off the GPU's lease (issue 20).
+
+On the CPU: the worker's compile-ahead job really builds with Inductor (its CPU backend) and runs
+nothing, and a fresh process's ``torch.compile`` of the same reference then comes from the caches;
+with stand-in workers: the evaluator starts the job beside the builds, without the lease, niced,
+once per task, before the baseline job, and a lane that cannot (or a job that fails) costs nothing
+but the head start. The GPU side of the same path: tests/gpu/test_gpu_worker.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+from kevin_agent.data import Stage, Task
+from kevin_agent.evaluate.api import EvalSettings
+from kevin_agent.evaluate.build.compile import CompileOutcome
+from kevin_agent.evaluate.evaluator import CudaEvaluator
+from kevin_agent.evaluate.lanes import DeviceInfo, LocalLane
+from kevin_agent.evaluate.lease import GpuLease
+from kevin_agent.evaluate.protocol import CompiledAhead, WorkerJob, WorkerReply
+
+ROOT = Path(__file__).resolve().parents[1]
+STANDIN = str(ROOT / "tests" / "workers" / "standin.py")
+TASK = Task(source=(ROOT / "tests" / "fixtures" / "kernels" / "add_task.py").read_text(), class_name="Model")
+GOOD = (ROOT / "tests" / "fixtures" / "kernels" / "add_candidate.py").read_text()  # passes the static checks
+
+
+def code(tag: str = "") -> str:
+    """A candidate the stand-in worker passes (``tag`` makes another source)."""
+    return GOOD + f"\n# standin: normal {tag}\n"
+
+# -- the worker's job, with Inductor on the CPU -----------------------------------------------
+
+CPU_TASK = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(32, 16)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.linear(x)) * 2.0
+
+def get_inputs():
+    return [torch.randn(8, 32)]
+
+def get_init_inputs():
+    return []
+"""
+
+# One fresh process per step (as each worker is): "ahead" runs the compile-ahead job, "measure" the
+# baseline job's torch.compile; each prints its result as JSON. The GPU-only parts are stood in for.
+WORKER_STEP = """
+import json, sys
+from pathlib import Path
+from kevin_agent.data import VerdictDetails
+from kevin_agent.evaluate.api import EvalSettings
+from kevin_agent.evaluate.worker import baseline as job, guards
+from kevin_agent.evaluate.worker.context import Context, load_reference
+from kevin_agent.evaluate.worker.timing import Timer, wall_clock
+
+class CpuContext(Context):
+    def poison(self):
+        return 0
+
+step, scratch, source = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]).read_text()
+settings = EvalSettings(sandbox="off", timing_trials=5, warmup_trials=1)
+ctx = CpuContext(guards.capture_references(own_modules=()), wall_clock(), "cpu", settings, VerdictDetails(),
+                 scratch / "candidate.py", flush=lambda: None)
+task, reference, _ = load_reference(source, scratch, ctx)
+calls = []
+forward = reference.forward
+reference.forward = lambda *a: calls.append(1) or forward(*a)  # counts eager runs of the reference
+if step == "ahead":
+    done = job.compile_ahead(ctx, task, reference)
+    print(json.dumps({"ok": done.ok, "error": done.error, "parts": done.stage_seconds, "ran": len(calls)}))
+else:
+    stats, seconds, hit = job._time_compiled(ctx, Timer(ctx.clock, ctx.flush), reference, ctx.timing_inputs(task))
+    print(json.dumps({"timed": stats is not None, "seconds": seconds, "hit": hit}))
+"""
+
+
+def _step(step: str, tmp_path: Path, cache: Path) -> dict[str, Any]:
+    scratch = tmp_path / f"{step}-{time.monotonic_ns()}"
+    scratch.mkdir()
+    source = tmp_path / "task.py"
+    source.write_text(CPU_TASK)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TORCHINDUCTOR_CACHE_DIR=str(cache),
+               TORCHINDUCTOR_COMPILE_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    out = subprocess.run([sys.executable, "-c", WORKER_STEP, step, str(scratch), str(source)], capture_output=True,
+                         text=True, env=env, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_a_compile_ahead_job_builds_without_running_and_the_baseline_job_loads_its_build(tmp_path):
+    cache = tmp_path / "inductor"
+    ahead = _step("ahead", tmp_path, cache)
+    assert ahead["ok"] is True, ahead
+    assert ahead["ran"] == 0  # the compiled graph was refused, and the reference never ran eagerly
+    assert ahead["parts"]["baseline_compile_ahead"] > 0
+    measured = _step("measure", tmp_path, cache)
+    assert measured["timed"] is True and measured["hit"] is True, measured
+
+
+def test_without_the_job_ahead_the_baseline_job_builds_itself(tmp_path):
+    """The control: a cold cache is a miss, so ``hit`` above is the job ahead's doing."""
+    measured = _step("measure", tmp_path, tmp_path / "inductor")
+    assert measured["timed"] is True and measured["hit"] is False, measured
+
+
+def test_a_compile_ahead_reply_reads_back(tmp_path):
+    path = tmp_path / "reply.json"
+    path.write_text(WorkerReply(compiled_ahead=CompiledAhead(False, "TypeError: no", {"reference": 0.5})).to_json())
+    reply = WorkerReply.read(path)
+    assert reply is not None and reply.compiled_ahead == CompiledAhead(False, "TypeError: no", {"reference": 0.5})
+    job = WorkerJob("src", "", tmp_path / "r.json", compile_ahead=True)
+    (tmp_path / "job.json").write_text(job.to_json())
+    assert WorkerJob.read(tmp_path / "job.json").compile_ahead is True
+
+
+# -- the evaluator, with stand-in workers -----------------------------------------------------
+
+def _standin(log: Path, ahead_s: float) -> list[str]:
+    """The stand-in worker, its compile-ahead jobs taking ``ahead_s`` and logged to ``log``."""
+    return ["/usr/bin/env", f"STANDIN_AHEAD_S={ahead_s}", f"STANDIN_AHEAD_LOG={log}", sys.executable, STANDIN]
+
+
+def _evaluator(tmp_path: Path, log: Path, ahead_s: float = 0.0, uuid: str = "GPU-ahead-test",
+               **settings: Any) -> CudaEvaluator:
+    values: dict[str, Any] = {"cache_dir": tmp_path / "cache", "run_timeout_s": 60, **settings}
+    evaluator = CudaEvaluator(EvalSettings(**values), worker_command=_standin(log, ahead_s),
+                              devices=[DeviceInfo("stand-in", uuid, 0, cuda_version="13.0")], spares=0,
+                              compiler=lambda code, cache, cancel: CompileOutcome(True, ""))
+    evaluator._arch = "9.0"
+    return evaluator
+
+
+def _log(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _ended(results: Any) -> list[float]:
+    return [r.ended_at for r in results]
+
+
+def _started(results: Any) -> list[float]:
+    return [r.ended_at - r.seconds for r in results]
+
+
+def test_the_job_ahead_ends_before_the_baseline_job_starts_and_runs_niced(tmp_path):
+    log = tmp_path / "ahead.log"
+    with _evaluator(tmp_path, log, ahead_s=1.0) as evaluator:
+        verdicts = evaluator.evaluate(TASK, [code()])
+        aheads, baselines = list(evaluator.last_ahead_results), list(evaluator.last_baseline_results)
+    assert [v.stage for v in verdicts] == [Stage.TIMING]
+    assert len(aheads) == 1 and aheads[0].compiled_ahead is not None and aheads[0].compiled_ahead.ok
+    assert len(baselines) == 1 and _started(baselines)[0] >= _ended(aheads)[0]
+    (entry,) = _log(log)
+    assert entry["niceness"] == min(19, os.nice(0) + 10)  # as the builds: the lane's worker comes first
+    assert entry["pid"] != baselines[0].pid  # a worker of its own, not the one that measured
+
+
+def test_the_job_ahead_runs_while_another_process_holds_the_gpu(tmp_path):
+    """Off the lease: it ends while the GPU is held elsewhere; the baseline job waits for the GPU."""
+    log = tmp_path / "ahead.log"
+    uuid = f"GPU-ahead-held-{os.getpid()}"
+    lease = GpuLease(uuid, "the test's GPU")
+    assert lease.try_acquire()
+    verdicts: list[Any] = []
+    try:
+        evaluator = _evaluator(tmp_path, log, uuid=uuid)
+        thread = threading.Thread(target=lambda: verdicts.extend(evaluator.evaluate(TASK, [code()])))
+        thread.start()
+        deadline = time.monotonic() + 120
+        while not _log(log) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(_log(log)) == 1  # built while the lease was held by this test
+        assert not evaluator.last_baseline_results and not verdicts
+    finally:
+        lease.release()
+    thread.join(120)
+    evaluator.close()
+    assert [v.stage for v in verdicts] == [Stage.TIMING]
+    assert len(evaluator.last_baseline_results) == 1
+
+
+def test_one_job_ahead_per_task_and_none_once_its_baseline_is_stored(tmp_path):
+    log = tmp_path / "ahead.log"
+    with _evaluator(tmp_path, log) as evaluator:
+        threads = [threading.Thread(target=evaluator.evaluate, args=(TASK, [code(str(i))])) for i in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    assert len(_log(log)) == 1  # three batches of one task: one build ahead
+    with _evaluator(tmp_path, log) as evaluator:  # a new process: the baseline is on disk now
+        evaluator.evaluate(TASK, [code("again")])
+        assert not evaluator.last_ahead_results and not evaluator.last_baseline_results
+    assert len(_log(log)) == 1
+
+
+def test_no_job_ahead_without_torch_compile(tmp_path):
+    log = tmp_path / "ahead.log"
+    with _evaluator(tmp_path, log, with_torch_compile=False) as evaluator:
+        verdicts = evaluator.evaluate(TASK, [code()])
+        assert not evaluator.last_ahead_results and len(evaluator.last_baseline_results) == 1
+    assert [v.stage for v in verdicts] == [Stage.TIMING] and not _log(log)
+
+
+class _RefusingLane(LocalLane):
+    """A lane whose compile-ahead job cannot start (``raises``), or that has none (a remote lane)."""
+
+    raises = True
+
+    def compile_ahead(self, job: WorkerJob, *, cancel: Optional[threading.Event] = None,
+                      timeout_s: Optional[float] = None) -> Any:
+        if self.raises:
+            raise OSError("no worker could start")
+        return None
+
+
+@pytest.mark.parametrize("raises", [True, False], ids=["fails", "cannot"])
+def test_a_lane_without_a_job_ahead_still_measures_the_baseline(tmp_path, raises, capfd):
+    log = tmp_path / "ahead.log"
+    evaluator = _evaluator(tmp_path, log)
+    settings = evaluator.settings
+    lane = _RefusingLane(DeviceInfo("stand-in", "GPU-ahead-refused", 0), settings,
+                         worker_command=_standin(log, 0.0), spares=0)
+    lane.raises = raises
+    evaluator._lanes = [lane]
+    with evaluator:
+        verdicts = evaluator.evaluate(TASK, [code()])
+        assert len(evaluator.last_baseline_results) == 1 and not evaluator.last_ahead_results
+    assert [v.stage for v in verdicts] == [Stage.TIMING] and not _log(log)
+    said = capfd.readouterr().err
+    assert ("was not built ahead (no worker could start)" in said) is raises
+
+
+def test_a_lane_closed_while_its_job_ahead_runs_kills_it(tmp_path):
+    log = tmp_path / "ahead.log"
+    lane = LocalLane(DeviceInfo("stand-in", "GPU-ahead-close", 0), EvalSettings(sandbox="off"),
+                     worker_command=_standin(log, 600.0), spares=0)
+    job = WorkerJob(TASK.source, "", Path("unset"), EvalSettings(), compile_ahead=True)
+    results: list[Any] = []
+    thread = threading.Thread(target=lambda: results.append(lane.compile_ahead(job)))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not lane._ahead_pools and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(1.0)  # its worker is past READY and building
+    lane.close()
+    thread.join(60)
+    assert not thread.is_alive() and results and results[0].compiled_ahead is None  # killed, not built
+    assert lane.compile_ahead(job) is None  # a closed lane starts none
+
+
+@pytest.mark.parametrize(("delta", "served"), [
+    ({"aot_hit": 1, "fx_hit": 1}, True), ({"fx_hit": 1}, True), ({"aot_hit": 1}, True),
+    ({"aot_miss": 1, "fx_hit": 1}, True),  # Inductor's costly build came from its cache
+    ({"aot_miss": 1, "fx_miss": 1}, False), ({"fx_miss": 1}, False), ({"aot_hit": 1, "fx_miss": 1}, False),
+    ({"aot_miss": 1}, False), ({}, None),
+])
+def test_what_counts_as_served_from_the_caches(delta, served):
+    from kevin_agent.evaluate.worker.baseline import _served_from_cache
+
+    before = {"aot_hit": 3, "aot_miss": 2, "fx_hit": 5, "fx_miss": 7}
+    after = {name: before[name] + delta.get(name, 0) for name in before}
+    assert _served_from_cache(before, after) is served
+
+
+def test_the_eval_bench_counts_the_jobs_ahead_and_the_baselines_they_served():
+    """bench/eval_bench.py's figures on fixed numbers: jobs ahead built and not, their spans from
+    the phase's start, and the baseline jobs that loaded torch.compile from the caches."""
+    import importlib
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    eval_bench: Any = importlib.import_module("eval_bench")
+    verdict = SimpleNamespace(message="the GPU worker exited with code 1")
+    aheads = [SimpleNamespace(ended_at=106.0, seconds=4.0, compiled_ahead=CompiledAhead(True), verdict=verdict),
+              SimpleNamespace(ended_at=105.0, seconds=2.0, compiled_ahead=CompiledAhead(False, "TypeError: x"),
+                              verdict=verdict),
+              SimpleNamespace(ended_at=109.0, seconds=3.0, compiled_ahead=None, verdict=verdict)]
+    baselines = [SimpleNamespace(baseline=SimpleNamespace(compile_cache_hit=hit)) for hit in (True, False, None)]
+    baselines.append(SimpleNamespace(baseline=None))
+    got = eval_bench.ahead_breakdown(aheads, baselines, started=100.0)
+    assert (got["ahead_jobs"], got["ahead_built"], got["ahead_job_median_s"]) == (3, 1, 3.0)
+    assert got["ahead_timeline"] == [[3.0, 5.0], [2.0, 6.0], [6.0, 9.0]]
+    assert got["ahead_errors"] == ["TypeError: x", "the GPU worker exited with code 1"]
+    assert (got["baseline_compiles_from_cache"], got["baseline_compiles"]) == (1, 3)
