@@ -59,36 +59,7 @@ def get_init_inputs():
     return []
 """
 
-# One fresh process per step (as each worker is): "ahead" runs the compile-ahead job, "measure" the
-# baseline job's torch.compile; each prints its result as JSON. The GPU-only parts are stood in for.
-WORKER_STEP = """
-import json, sys
-from pathlib import Path
-from kevin_agent.data import VerdictDetails
-from kevin_agent.evaluate.api import EvalSettings
-from kevin_agent.evaluate.worker import baseline as job, guards
-from kevin_agent.evaluate.worker.context import Context, load_reference
-from kevin_agent.evaluate.worker.timing import Timer, wall_clock
-
-class CpuContext(Context):
-    def poison(self):
-        return 0
-
-step, scratch, source = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]).read_text()
-settings = EvalSettings(sandbox="off", timing_trials=5, warmup_trials=1)
-ctx = CpuContext(guards.capture_references(own_modules=()), wall_clock(), "cpu", settings, VerdictDetails(),
-                 scratch / "candidate.py", flush=lambda: None)
-task, reference, _ = load_reference(source, scratch, ctx)
-calls = []
-forward = reference.forward
-reference.forward = lambda *a: calls.append(1) or forward(*a)  # counts eager runs of the reference
-if step == "ahead":
-    done = job.compile_ahead(ctx, task, reference)
-    print(json.dumps({"ok": done.ok, "error": done.error, "parts": done.stage_seconds, "ran": len(calls)}))
-else:
-    stats, seconds, hit = job._time_compiled(ctx, Timer(ctx.clock, ctx.flush), reference, ctx.timing_inputs(task))
-    print(json.dumps({"timed": stats is not None, "seconds": seconds, "hit": hit}))
-"""
+STEPS = ROOT / "tests" / "compile_cache_steps.py"  # one step per fresh process, as each worker is one
 
 
 def _step(step: str, tmp_path: Path, cache: Path) -> dict[str, Any]:
@@ -98,13 +69,15 @@ def _step(step: str, tmp_path: Path, cache: Path) -> dict[str, Any]:
     source.write_text(CPU_TASK)
     env = dict(os.environ, PYTHONPATH=str(ROOT), TORCHINDUCTOR_CACHE_DIR=str(cache),
                TORCHINDUCTOR_COMPILE_THREADS="1", CUDA_VISIBLE_DEVICES="")
-    out = subprocess.run([sys.executable, "-c", WORKER_STEP, step, str(scratch), str(source)], capture_output=True,
+    out = subprocess.run([sys.executable, str(STEPS), step, str(scratch), str(source), "cpu"], capture_output=True,
                          text=True, env=env, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def test_a_compile_ahead_job_builds_without_running_and_the_baseline_job_loads_its_build(tmp_path):
+    from compile_cache_steps import differing_components
+
     cache = tmp_path / "inductor"
     ahead = _step("ahead", tmp_path, cache)
     assert ahead["ok"] is True, ahead
@@ -112,12 +85,24 @@ def test_a_compile_ahead_job_builds_without_running_and_the_baseline_job_loads_i
     assert ahead["parts"]["baseline_compile_ahead"] > 0
     measured = _step("measure", tmp_path, cache)
     assert measured["timed"] is True and measured["hit"] is True, measured
+    assert ahead["keys"] and differing_components(ahead["keys"], measured["keys"]) == []  # the same cache keys
 
 
 def test_without_the_job_ahead_the_baseline_job_builds_itself(tmp_path):
     """The control: a cold cache is a miss, so ``hit`` above is the job ahead's doing."""
     measured = _step("measure", tmp_path, tmp_path / "inductor")
     assert measured["timed"] is True and measured["hit"] is False, measured
+
+
+def test_the_key_components_that_differ_are_named():
+    from compile_cache_steps import differing_components, key_hashes
+
+    first = [["Autograd graph cache hash details for key a:", "[x1] grad_enabled: False", "[y] gm: g"],
+             ["FX graph cache hash details for key f:", "[z] only computed on a miss"]]
+    second = [["Autograd graph cache hash details for key b:", "[x2] grad_enabled: True", "[y] gm: g"]]
+    assert differing_components(first, second) == ["[x1] grad_enabled: False", "[x2] grad_enabled: True"]
+    assert differing_components(first, first[:1]) == []
+    assert key_hashes(first) == ["Autograd graph cache: a", "FX graph cache: f"]
 
 
 def test_a_compile_ahead_reply_reads_back(tmp_path):

@@ -4,9 +4,9 @@
 verdicts and queue sizes as they change, and honours ``cancel`` (a running worker is killed).
 Compiles run in a thread pool; each compiled candidate goes to the first free lane (one per GPU,
 ``evaluate.lanes``). A task's baseline (eager and torch.compile) is measured once per GPU model
-and reused; its torch.compile is built ahead, off the GPU's lease, while the candidates compile, so
-the baseline job under the lease only loads it. ``make_evaluator`` picks the real evaluator or the
-replay double.
+and reused; its torch.compile is built ahead, off the GPU's lease, while the candidates compile, for
+the baseline job under the lease to load. ``make_evaluator`` picks the real evaluator or the replay
+double.
 
 The environment check, the compile of one candidate, where the lanes come from and a lane's thread
 are parts one can hand in; the Ray evaluator (``evaluate.ray_lanes``) is this pipeline with its

@@ -201,6 +201,49 @@ def test_a_baseline_after_its_compile_ahead_loads_torch_compile_from_the_caches(
         assert baseline is not None and baseline.compiled is not None, result.stderr_tail
         seconds[name] = baseline.stage_seconds.get("baseline_compile")
     log_record({"event": "compile_ahead", "ahead_parts": built.compiled_ahead.stage_seconds,
-                "baseline_compile_s": seconds})
+                "baseline_compile_s": seconds, "cache_files": _cache_files(tmp_path / "ahead"),
+                "ahead_stderr": built.stderr_tail[-1500:], "baseline_stderr": measured.stderr_tail[-1500:]})
     assert measured.baseline is not None and measured.baseline.compile_cache_hit is True, seconds
     assert cold.baseline is not None and cold.baseline.compile_cache_hit is False, seconds
+
+
+def _cache_files(cache_dir: Path) -> dict[str, int]:
+    """Files under each of torch.compile's cache folders (what a job ahead left there)."""
+    return {folder.name: sum(1 for f in folder.rglob("*") if f.is_file())
+            for folder in sorted(cache_dir.iterdir()) if folder.is_dir()} if cache_dir.is_dir() else {}
+
+
+def test_compile_ahead_and_baseline_steps_share_their_cache_keys(tmp_path):
+    """The same two steps in plain processes (no sandbox, no lane): the baseline step's torch.compile
+    must look up the keys the step ahead stored. On a miss the log names the key components that
+    differ, so the cause shows without another run."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from compile_cache_steps import differing_components, key_hashes
+
+    root = Path(__file__).resolve().parents[2]
+    task = tmp_path / "task.py"
+    task.write_text(task_source("gelu"))
+    path = os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+               TRITON_CACHE_DIR=str(tmp_path / "triton"), TORCHINDUCTOR_COMPILE_THREADS="1", PYTHONPATH=path)
+    steps = {}
+    for step in ("ahead", "measure"):
+        scratch = tmp_path / step
+        scratch.mkdir()
+        out = subprocess.run([sys.executable, str(root / "tests" / "compile_cache_steps.py"), step, str(scratch),
+                              str(task), "cuda"], capture_output=True, text=True, env=env, cwd=root, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        steps[step] = json.loads(out.stdout.strip().splitlines()[-1])
+    ahead, measured = steps["ahead"], steps["measure"]
+    differing = differing_components(ahead["keys"], measured["keys"])
+    log_record({"event": "compile_cache_keys", "ahead_keys": key_hashes(ahead["keys"]),
+                "measure_keys": key_hashes(measured["keys"]), "differing": [line[:300] for line in differing[:40]],
+                "warnings": ahead["warnings"] + measured["warnings"], "hit": measured["hit"],
+                "ahead_ok": ahead["ok"], "ahead_error": ahead["error"], "cache_files": _cache_files(tmp_path)})
+    assert ahead["ok"] is True and ahead["ran"] == 0, ahead["error"]
+    assert measured["hit"] is True, (differing[:10], measured["warnings"])
+    assert differing == []
