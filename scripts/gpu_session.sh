@@ -29,7 +29,8 @@
 #   part 1: provenance ~6.5 min, guards ~10 s; eval_bench ~90 s in the time left -> ~8.5 min
 #           (H100 at ea622cd: provenance 237 s, guards 5 s, eval_bench 54 s; eval_cli ~70 s added since)
 #   part 2: worker ~3 min, lease, loop ~40 s, sandbox ~1.5 min, accept ~1 min, attacks ~1.5 min (its
-#           header ~35 s); dropin ~30 s -> ~8.5 min
+#           header ~35 s); dropin ~30 s -> ~8.5 min (H100 at ea37782, a host whose builds took 1.7x
+#           aa1566e's: part 2's tests 418 s, worker 172 s; a second compile-ahead test came after)
 #   part 3: eval_bench ~4 min, record_verdicts ~40 s (shares eval_bench's cache: its header is
 #           built), eval_cli ~1.5 min, kevin bench ~2 min -> ~8.5 min (kevin bench was cut at 113 s
 #           on 2026-12-04: give part 3 its full 530 s)
