@@ -31,6 +31,14 @@ def visible_secrets() -> list[str]:
     )
 
 
+def write_reply(path: str, reply: dict) -> None:
+    """Write a reply file atomically, as the real worker does (a temp file, then rename)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as handle:
+        json.dump(reply, handle)
+    os.replace(tmp, path)
+
+
 def write_result(path: str, info: dict, token: str = "") -> None:
     verdict = {
         "stage": "timing",
@@ -38,22 +46,15 @@ def write_result(path: str, info: dict, token: str = "") -> None:
         "message": json.dumps(info),
         "details": {"speedup_vs_eager": 1.5, "gpu_name": "stand-in"},
     }
-    tmp = path + ".tmp"
-    with open(tmp, "w") as handle:
-        json.dump({"verdict": verdict, "token": token}, handle)
-    os.replace(tmp, path)
+    write_reply(path, {"verdict": verdict, "token": token})
 
 
 def write_baseline(path: str, eager_ms: float = 1.2, compiled_ms: float = 0.8, token: str = "") -> None:
     """A baseline job's reply: the reference 'timed' at 1.2 ms eager, 0.8 ms compiled (by default)."""
     stats = lambda ms: {"median_ms": ms, "mean_ms": ms, "min_ms": ms, "max_ms": ms, "iqr_ms": 0.0,  # noqa: E731
                         "trials": 20, "ci_low_ms": ms, "ci_high_ms": ms}
-    reply = {"baseline": {"eager": stats(eager_ms), "compiled": stats(compiled_ms), "gpu_name": "stand-in"},
-             "token": token}
-    tmp = path + ".tmp"
-    with open(tmp, "w") as handle:
-        json.dump(reply, handle)
-    os.replace(tmp, path)
+    write_reply(path, {"baseline": {"eager": stats(eager_ms), "compiled": stats(compiled_ms), "gpu_name": "stand-in"},
+                       "token": token})
 
 
 def compile_ahead(job: dict) -> None:
@@ -66,12 +67,8 @@ def compile_ahead(job: dict) -> None:
         with open(log, "a") as handle:
             handle.write(json.dumps({"pid": os.getpid(), "started": started, "ended": time.time(),
                                      "niceness": os.nice(0)}) + "\n")
-    reply = {"compiled_ahead": {"ok": True, "stage_seconds": {"baseline_compile_ahead": time.time() - started}},
-             "token": job.get("reply_token", "")}
-    tmp = job["result_path"] + ".tmp"
-    with open(tmp, "w") as handle:
-        json.dump(reply, handle)
-    os.replace(tmp, job["result_path"])
+    write_reply(job["result_path"], {"compiled_ahead": {"ok": True, "stage_seconds": {
+        "baseline_compile_ahead": time.time() - started}}, "token": job.get("reply_token", "")})
 
 
 def main(start_mode: str) -> None:
