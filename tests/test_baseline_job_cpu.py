@@ -97,3 +97,53 @@ def test_a_worker_compiles_torch_compile_in_its_own_process():
         out = subprocess.run([sys.executable, "-c", WORKER_SETUP, order], capture_output=True, text=True, env=env,
                              cwd=ROOT, check=True).stdout.split()
         assert out == ["1", "1"], order
+
+
+WORKER_CACHES = """
+import json, os, sys
+from pathlib import Path
+from kevin_agent.evaluate.worker import main
+main._one_compile_thread()
+main._warm_imports()
+import torch
+from torch._inductor.runtime.cache_dir_utils import cache_dir
+cache_dir()  # what the warm-up may ask first: it writes Inductor's default into the variable
+main._prepare_caches(Path(sys.argv[1]))
+compiled = torch.compile(lambda x: torch.relu(x) * 2)
+compiled(torch.randn(8))
+print(json.dumps({"inductor": os.environ["TORCHINDUCTOR_CACHE_DIR"], "triton": os.environ["TRITON_CACHE_DIR"]}))
+"""
+
+
+def _graphs_under(folder: Path) -> int:
+    """Inductor's stored FX graphs under ``folder``."""
+    return sum(1 for f in folder.rglob("*") if f.is_file() and "fxgraph" in f.parts)
+
+
+def _worker_caches(tmp_path: Path, name: str, **env_vars: str) -> tuple[dict, Path, Path]:
+    """A fresh process set up as a worker compiles with real Inductor on the CPU; (the folders it
+    set, the build cache, its $TMPDIR)."""
+    import json
+
+    cache, tmp = tmp_path / name / "cache", tmp_path / name / "tmp"
+    tmp.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    env.update(PYTHONPATH=str(ROOT), TMPDIR=str(tmp), **env_vars)
+    out = subprocess.run([sys.executable, "-c", WORKER_CACHES, str(cache)], capture_output=True, text=True, env=env,
+                         cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1]), cache, tmp
+
+
+def test_a_worker_keeps_torch_compile_builds_beside_the_build_cache(tmp_path):
+    """Issue 20: the compile-ahead job and the baseline job run in different workers, so Inductor's
+    graphs must land in the shared cache, not in Inductor's default under the worker's own $TMPDIR
+    (which its warm imports write into TORCHINDUCTOR_CACHE_DIR). Control: a folder the parent named
+    is kept."""
+    folders, cache, tmp = _worker_caches(tmp_path, "default")
+    assert folders == {"inductor": str(cache / "inductor"), "triton": str(cache / "triton")}
+    assert _graphs_under(cache / "inductor") >= 1 and _graphs_under(tmp) == 0
+    named = tmp_path / "named-inductor"
+    folders, cache, tmp = _worker_caches(tmp_path, "named", TORCHINDUCTOR_CACHE_DIR=str(named))
+    assert folders["inductor"] == str(named) and folders["triton"] == str(cache / "triton")
+    assert _graphs_under(named) >= 1 and _graphs_under(cache) == 0 and _graphs_under(tmp) == 0

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from kevin_agent.evaluate.protocol import READY_LINE, BadJob, WorkerExit, WorkerJob, WorkerReply
+from kevin_agent.evaluate.worker.cache_dirs import point_caches
 from kevin_agent.evaluate.worker.guards import OWN_MODULES, capture_references, with_module_state
 from kevin_agent.evaluate.worker.provenance import warm_profiler
 from kevin_agent.evaluate.worker.stages import TaskProblem, evaluate_job
@@ -76,9 +77,9 @@ def _one_compile_thread() -> None:
 
 
 def _prepare_caches(cache_dir: Path) -> None:
-    """torch.compile's caches next to the build cache, shared by every worker."""
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir / "inductor"))
-    os.environ.setdefault("TRITON_CACHE_DIR", str(cache_dir / "triton"))
+    """torch.compile's caches next to the build cache (or where the parent said), shared by every
+    worker: ``cache_dirs.point_caches``."""
+    point_caches(cache_dir)
     _one_compile_thread()
 
 
