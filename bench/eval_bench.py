@@ -224,8 +224,10 @@ def breakdown(workers: list[Any], rows: list[dict[str, Any]], started: float, wa
 def ahead_breakdown(aheads: list[Any], baselines: list[Any], started: float) -> dict[str, Any]:
     """The compile-ahead jobs (torch.compile of each task's reference, built off the GPU's lease
     while the candidates compile): how many, their spans on the wall, how many built, and how many
-    baseline jobs then loaded torch.compile from the caches instead of building it under the lease."""
-    hits = [b.baseline.compile_cache_hit for b in baselines if b.baseline is not None]
+    baseline jobs then timed it on their worker's own build or loaded it from the caches instead of
+    building it under the lease."""
+    measured = [b.baseline for b in baselines if b.baseline is not None]
+    hits = [b.compile_cache_hit for b in measured]
     return {
         "ahead_jobs": len(aheads),
         "ahead_built": sum(1 for a in aheads if a.compiled_ahead is not None and a.compiled_ahead.ok),
@@ -235,6 +237,7 @@ def ahead_breakdown(aheads: list[Any], baselines: list[Any], started: float) -> 
         "ahead_errors": sorted({a.compiled_ahead.error if a.compiled_ahead else a.verdict.message[:200]
                                 for a in aheads if not (a.compiled_ahead and a.compiled_ahead.ok)}),
         "baseline_compiles_from_cache": sum(1 for hit in hits if hit is True),
+        "baseline_compiles_built_ahead": sum(1 for b in measured if b.built_ahead),
         "baseline_compiles": len(hits),
     }
 
@@ -274,8 +277,9 @@ def render_breakdown(result: dict[str, Any]) -> list[str]:
         lines.append("  baseline job parts, median s: " + ", ".join(f"{name} {s:.2f}" for name, s in parts.items()))
     if "ahead_jobs" in part:
         lines.append(f"  torch.compile built ahead, off the lease: {part['ahead_built']} of {part['ahead_jobs']} jobs"
-                     f" (median {_f(part['ahead_job_median_s'])}); baseline jobs that loaded it from the caches:"
-                     f" {part['baseline_compiles_from_cache']} of {part['baseline_compiles']}")
+                     f" (median {_f(part['ahead_job_median_s'])}); baseline jobs timing its worker's build:"
+                     f" {part.get('baseline_compiles_built_ahead', 0)}, loading it from the caches:"
+                     f" {part['baseline_compiles_from_cache']}, of {part['baseline_compiles']}")
         lines += [f"    not built: {error}" for error in part.get("ahead_errors", [])]
     return lines
 

@@ -121,6 +121,9 @@ def breakdown_lines(kevin: dict[str, Any]) -> list[str]:
     if "ahead_jobs" in part:  # recorded since torch.compile is built ahead, off the lease
         rows.append(["torch.compile built ahead, off the GPU's lease (jobs built / run, median)",
                      f"{part['ahead_built']} / {part['ahead_jobs']}, {num(part.get('ahead_job_median_s'), 1, 's')}"])
+        if "baseline_compiles_built_ahead" in part:  # recorded since the worker that built keeps its build
+            rows.append(["baseline jobs that timed the build their worker made ahead",
+                         f"{part['baseline_compiles_built_ahead']} of {part['baseline_compiles']}"])
         rows.append(["baseline jobs that loaded torch.compile from the caches",
                      f"{part['baseline_compiles_from_cache']} of {part['baseline_compiles']}"])
     return [""] + table(rows)

@@ -1,9 +1,10 @@
 """One step of the compile-ahead path in a fresh process, as each worker is one (issue 20):
 
-    python tests/compile_cache_steps.py ahead|measure SCRATCH TASK_FILE DEVICE
+    python tests/compile_cache_steps.py ahead|measure|kept SCRATCH TASK_FILE DEVICE
 
 ``ahead`` runs the worker's compile-ahead job on the task's reference, ``measure`` the baseline
-job's torch.compile of it (``baseline._time_compiled``); both with the caches of
+job's torch.compile of it (``baseline._time_compiled``), ``kept`` both in one process (the worker
+that kept its build times it); all with the caches of
 $TORCHINDUCTOR_CACHE_DIR. Prints one JSON line: the step's outcome, how often the reference ran
 eagerly, and what torch.compile's caches logged: each cache key's components (AOT autograd's and
 Inductor's FX graph key, one line per component) and every warning, so two steps whose keys differ
@@ -66,8 +67,10 @@ def main(step: str, scratch: Path, task_file: Path, device: str) -> dict[str, An
     settings = EvalSettings(sandbox="off", timing_trials=5, warmup_trials=1)
     ctx = NoPoison(guards.capture_references(own_modules=()), wall_clock(), device, settings, VerdictDetails(),
                    scratch / "candidate.py", flush=lambda: None)
-    if step == "ahead" and device != "cpu":
-        job.limit_ahead_memory(device)
+    if step in ("ahead", "kept") and device != "cpu":
+        import torch
+
+        job.limit_ahead_memory(torch.device(device, torch.cuda.current_device()))  # the cap wants an index
     task, reference, _ = load_reference(task_file.read_text(), scratch, ctx)
     calls: list[int] = []
     forward = reference.forward
@@ -79,8 +82,15 @@ def main(step: str, scratch: Path, task_file: Path, device: str) -> dict[str, An
     reference.forward = counted
     out: dict[str, Any]
     if step == "ahead":
-        done = job.compile_ahead(ctx, task, reference)
+        done, _ = job.compile_ahead(ctx, task, reference)
         out = {"ok": done.ok, "error": done.error, "parts": done.stage_seconds}
+    elif step == "kept":  # one worker: the build ahead, then the baseline job on that build
+        done, built = job.compile_ahead(ctx, task, reference)
+        ran_ahead = len(calls)
+        stats, seconds, hit = job._time_compiled(ctx, Timer(ctx.clock, ctx.flush), reference,
+                                                 ctx.timing_inputs(task), built)
+        out = {"ok": done.ok, "built": built is not None, "ran_ahead": ran_ahead, "timed": stats is not None,
+               "seconds": seconds, "hit": hit, "build_s": built.seconds if built else None}
     else:
         stats, seconds, hit = job._time_compiled(ctx, Timer(ctx.clock, ctx.flush), reference,
                                                  ctx.timing_inputs(task))

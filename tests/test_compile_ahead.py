@@ -2,7 +2,7 @@
 
 On the CPU: the worker's compile-ahead job really builds with Inductor (its CPU backend) and runs
 nothing, and a fresh process's ``torch.compile`` of the same reference then comes from the caches;
-with stand-in workers: the evaluator starts the job beside the builds, without the lease, niced,
+with stand-in workers: the evaluator starts the job beside the builds, without the lease,
 once per task, before the baseline job, and a lane that cannot (or a job that fails) costs nothing
 but the head start. The GPU side of the same path: tests/gpu/test_gpu_worker.py.
 """
@@ -94,6 +94,19 @@ def test_without_the_job_ahead_the_baseline_job_builds_itself(tmp_path):
     assert measured["timed"] is True and measured["hit"] is False, measured
 
 
+def test_the_worker_that_built_ahead_times_that_build_and_compiles_nothing_more(tmp_path):
+    """One process, as a kept worker: the build ahead runs nothing; the baseline job's first call of
+    torch.compile then runs that build (``hit`` None: no cache was looked up, nothing compiled) and
+    it is timed; its seconds include the build's. The control is the cold ``measure`` step, whose
+    first call builds (a miss)."""
+    kept = _step("kept", tmp_path, tmp_path / "inductor")
+    assert kept["ok"] is True and kept["built"] is True and kept["ran_ahead"] == 0, kept
+    assert kept["timed"] is True and kept["hit"] is None, kept
+    assert kept["seconds"] >= kept["build_s"] > 0, kept
+    cold = _step("measure", tmp_path, tmp_path / "cold")
+    assert cold["hit"] is False and cold["keys"], cold
+
+
 def test_the_key_components_that_differ_are_named():
     from compile_cache_steps import differing_components, key_hashes
 
@@ -117,15 +130,17 @@ def test_a_compile_ahead_reply_reads_back(tmp_path):
 
 # -- the evaluator, with stand-in workers -----------------------------------------------------
 
-def _standin(log: Path, ahead_s: float) -> list[str]:
-    """The stand-in worker, its compile-ahead jobs taking ``ahead_s`` and logged to ``log``."""
-    return ["/usr/bin/env", f"STANDIN_AHEAD_S={ahead_s}", f"STANDIN_AHEAD_LOG={log}", sys.executable, STANDIN]
+def _standin(log: Path, ahead_s: float, keep: str = "") -> list[str]:
+    """The stand-in worker, its compile-ahead jobs taking ``ahead_s`` and logged to ``log``; ``keep``:
+    its $STANDIN_KEEP (1: the worker that built waits for the baseline job; die: it exits instead)."""
+    return ["/usr/bin/env", f"STANDIN_AHEAD_S={ahead_s}", f"STANDIN_AHEAD_LOG={log}", f"STANDIN_KEEP={keep}",
+            sys.executable, STANDIN]
 
 
-def _evaluator(tmp_path: Path, log: Path, ahead_s: float = 0.0, uuid: str = "GPU-ahead-test",
+def _evaluator(tmp_path: Path, log: Path, ahead_s: float = 0.0, uuid: str = "GPU-ahead-test", keep: str = "",
                **settings: Any) -> CudaEvaluator:
     values: dict[str, Any] = {"cache_dir": tmp_path / "cache", "run_timeout_s": 60, **settings}
-    evaluator = CudaEvaluator(EvalSettings(**values), worker_command=_standin(log, ahead_s),
+    evaluator = CudaEvaluator(EvalSettings(**values), worker_command=_standin(log, ahead_s, keep),
                               devices=[DeviceInfo("stand-in", uuid, 0, cuda_version="13.0")], spares=0,
                               compiler=lambda code, cache, cancel: CompileOutcome(True, ""))
     evaluator._arch = "9.0"
@@ -144,7 +159,9 @@ def _started(results: Any) -> list[float]:
     return [r.ended_at - r.seconds for r in results]
 
 
-def test_the_job_ahead_ends_before_the_baseline_job_starts_and_runs_niced(tmp_path):
+def test_the_job_ahead_ends_before_the_baseline_job_starts_at_the_workers_priority(tmp_path):
+    """Not niced: a worker that kept its build times the baseline in the same process, and a
+    process cannot lower its niceness again."""
     log = tmp_path / "ahead.log"
     with _evaluator(tmp_path, log, ahead_s=1.0) as evaluator:
         verdicts = evaluator.evaluate(TASK, [code()])
@@ -153,8 +170,74 @@ def test_the_job_ahead_ends_before_the_baseline_job_starts_and_runs_niced(tmp_pa
     assert len(aheads) == 1 and aheads[0].compiled_ahead is not None and aheads[0].compiled_ahead.ok
     assert len(baselines) == 1 and _started(baselines)[0] >= _ended(aheads)[0]
     (entry,) = _log(log)
-    assert entry["niceness"] == min(19, os.nice(0) + 10)  # as the builds: the lane's worker comes first
-    assert entry["pid"] != baselines[0].pid  # a worker of its own, not the one that measured
+    assert entry["niceness"] == os.nice(0)
+    assert entry["pid"] != baselines[0].pid  # this stand-in exits after its build: another worker measured
+
+
+def test_a_worker_that_kept_its_build_measures_the_baseline_under_the_lease(tmp_path):
+    """The worker that built torch.compile ahead stays and gets the task's baseline job, which
+    waits for the GPU's lease as every job: held by this test, the build ends, the baseline waits."""
+    log = tmp_path / "ahead.log"
+    uuid = f"GPU-ahead-kept-{os.getpid()}"
+    lease = GpuLease(uuid, "the test's GPU")
+    assert lease.try_acquire()
+    verdicts: list[Any] = []
+    evaluator = _evaluator(tmp_path, log, uuid=uuid, keep="1")
+    try:
+        thread = threading.Thread(target=lambda: verdicts.extend(evaluator.evaluate(TASK, [code()])))
+        thread.start()
+        deadline = time.monotonic() + 120
+        while not evaluator.last_ahead_results and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert evaluator.last_ahead_results and not evaluator.last_baseline_results  # the lease holds it back
+        (entry,) = _log(log)
+        assert _alive(entry["pid"])  # built, and waiting
+    finally:
+        lease.release()
+    thread.join(120)
+    evaluator.close()
+    (baseline,) = evaluator.last_baseline_results
+    assert baseline.baseline is not None and baseline.baseline.gpu_name == f"stand-in kept {entry['pid']}"
+    assert [v.stage for v in verdicts] == [Stage.TIMING]
+
+
+def test_a_kept_worker_lost_before_its_baseline_costs_only_the_head_start(tmp_path):
+    log = tmp_path / "ahead.log"
+    with _evaluator(tmp_path, log, ahead_s=0.2, keep="die") as evaluator:
+        verdicts = evaluator.evaluate(TASK, [code()])
+        (baseline,) = evaluator.last_baseline_results
+    (entry,) = _log(log)
+    assert baseline.baseline is not None and baseline.baseline.gpu_name == "stand-in"  # a fresh worker measured
+    assert baseline.pid != entry["pid"] and [v.stage for v in verdicts] == [Stage.TIMING]
+
+
+def test_a_lane_closed_with_a_kept_build_stops_its_worker(tmp_path):
+    log = tmp_path / "ahead.log"
+    lane = LocalLane(DeviceInfo("stand-in", "GPU-ahead-kept-close", 0), EvalSettings(sandbox="off"),
+                     worker_command=_standin(log, 0.0, keep="1"), spares=0)
+    job = WorkerJob(TASK.source, "", Path("unset"), EvalSettings(), compile_ahead=True)
+    built = lane.compile_ahead(job)
+    assert built is not None and built.compiled_ahead is not None and built.compiled_ahead.waits_for_baseline
+    (entry,) = _log(log)
+    assert _alive(entry["pid"])
+    lane.close()
+    deadline = time.monotonic() + 60
+    while _alive(entry["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(entry["pid"])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is not alive
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return False
 
 
 def test_the_job_ahead_runs_while_another_process_holds_the_gpu(tmp_path):
@@ -278,10 +361,40 @@ def test_the_eval_bench_counts_the_jobs_ahead_and_the_baselines_they_served():
               SimpleNamespace(ended_at=105.0, seconds=2.0, compiled_ahead=CompiledAhead(False, "TypeError: x"),
                               verdict=verdict),
               SimpleNamespace(ended_at=109.0, seconds=3.0, compiled_ahead=None, verdict=verdict)]
-    baselines = [SimpleNamespace(baseline=SimpleNamespace(compile_cache_hit=hit)) for hit in (True, False, None)]
+    baselines = [SimpleNamespace(baseline=SimpleNamespace(compile_cache_hit=hit, built_ahead=ahead))
+                 for hit, ahead in ((True, False), (False, False), (None, True))]
     baselines.append(SimpleNamespace(baseline=None))
     got = eval_bench.ahead_breakdown(aheads, baselines, started=100.0)
     assert (got["ahead_jobs"], got["ahead_built"], got["ahead_job_median_s"]) == (3, 1, 3.0)
     assert got["ahead_timeline"] == [[3.0, 5.0], [2.0, 6.0], [6.0, 9.0]]
     assert got["ahead_errors"] == ["TypeError: x", "the GPU worker exited with code 1"]
     assert (got["baseline_compiles_from_cache"], got["baseline_compiles"]) == (1, 3)
+    assert got["baseline_compiles_built_ahead"] == 1
+
+
+WATCH = """
+import sys
+from kevin_agent.evaluate.worker import main
+print("first", sys.stdin.readline().strip(), flush=True)
+lines = main._exit_with_parent()
+print("next", lines.get(timeout=120), flush=True)
+lines.get(timeout=120)  # never comes: end of file ends the process first
+print("not reached", flush=True)
+"""
+
+
+def test_a_kept_worker_reads_its_next_job_and_exits_when_its_parent_goes():
+    """The worker's watch on stdin: a line after the first job reaches the queue (the baseline job
+    after a build ahead); end of file still ends the process at once (code 5, ORPHANED)."""
+    proc = subprocess.Popen([sys.executable, "-c", WATCH], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("job-1.json\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline().strip() == "first job-1.json"
+    proc.stdin.write("job-2.json\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline().strip() == "next job-2.json"
+    proc.stdin.close()
+    assert proc.wait(timeout=120) == 5
+    assert proc.stdout.read() == ""

@@ -43,6 +43,7 @@ from kevin_agent.evaluate.processes import (
 from kevin_agent.evaluate.protocol import READY_LINE, Baseline, CompiledAhead, WorkerJob, WorkerReply
 from kevin_agent.evaluate.sandbox.limits import limit_message
 from kevin_agent.evaluate.sandbox.relay import EXIT_LIMIT
+from kevin_agent.evaluate.spares import SpareSizer
 
 DEFAULT_WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "kevin_agent.evaluate.worker")
 DEFAULT_JUDGE_COMMAND: tuple[str, ...] = (sys.executable, "-m", "kevin_agent.evaluate.judge")
@@ -104,6 +105,8 @@ class WorkerPool:
     a verdict that passed counts only when the judge confirms its outputs (``judgement``); ``judge=False``
     starts none (jobs that judge no candidate). ``base_env`` is the environment to scrub (default:
     ``os.environ`` at spawn time); ``niceness`` > 0 starts each worker that much nicer (``nice``).
+    ``max_spares`` (default ``spares``): how far the spares may grow where workers start slower
+    than jobs end (``spares.SpareSizer``).
     Thread-safe for one caller at a time; ``close()`` may be called from any thread.
     """
 
@@ -124,6 +127,7 @@ class WorkerPool:
         judge_timeout_s: float = 180.0,
         judge: bool = True,
         niceness: int = 0,
+        max_spares: Optional[int] = None,
     ) -> None:
         self.command = tuple(command) if command else DEFAULT_WORKER_COMMAND
         self.judge_command = tuple(judge_command) if judge_command else (None if command else DEFAULT_JUDGE_COMMAND)
@@ -134,6 +138,7 @@ class WorkerPool:
         self.run_timeout_s = run_timeout_s
         self.start_timeout_s = start_timeout_s
         self.spares = max(0, spares) if spare else 0
+        self.sizer = SpareSizer(self.spares, max_spares if max_spares is not None else self.spares)
         self.base_env = base_env
         self.extra_env = dict(extra_env or {})
         self.keep_scratch = keep_scratch
@@ -143,6 +148,7 @@ class WorkerPool:
         self.scratch_root.mkdir(parents=True, exist_ok=True)
         self._spare_workers: list[_Worker] = []
         self._running: Optional[_Worker] = None
+        self._kept: Optional[_Worker] = None  # a compile-ahead job's worker waiting for its baseline job
         self._lock = threading.Lock()
         self._closed = False
         self._counter = 0
@@ -190,8 +196,9 @@ class WorkerPool:
             return None
 
     def start_spare(self, count: Optional[int] = None) -> None:
-        """Top the waiting spares up to ``count`` (default: ``spares``); dead ones are replaced."""
-        wanted = self.spares if count is None else min(count, self.spares)
+        """Top the waiting spares up to ``count`` (default: ``sizer.wanted()``, ``spares`` until
+        starts and jobs were seen, at most ``max_spares``); dead ones are replaced."""
+        wanted = self.sizer.wanted() if count is None else min(count, self.sizer.wanted())
         with self._lock:
             if self._closed:
                 return
@@ -272,14 +279,15 @@ class WorkerPool:
 
     # -- the job -----------------------------------------------------------------------------
     def run(self, job: WorkerJob, cancel: Optional[threading.Event] = None, start_next: bool = True,
-            timeout_s: Optional[float] = None, gate: Optional[Gate] = None) -> WorkerResult:
+            timeout_s: Optional[float] = None, gate: Optional[Gate] = None, keep: bool = False) -> WorkerResult:
         """Evaluate one job in a fresh process (its result and scratch paths are set here).
 
         With ``start_next`` the spares are topped up as soon as this job is handed over (leave it
         off for the last job of a batch, so no process starts up beside the timing). ``timeout_s``
         replaces the pool's run limit for this job; ``gate`` (the GPU lease) is held from handing
-        the job over until the process ended. Raises ``EnvironmentProblem`` only when the worker
-        cannot start twice in a row.
+        the job over until the process ended. ``keep`` (a compile-ahead job): a worker that kept
+        its build stays, waiting for the task's baseline job (``run_kept``). Raises
+        ``EnvironmentProblem`` only when the worker cannot start twice in a row.
         """
         if self._closed:
             raise RuntimeError("WorkerPool is closed")
@@ -298,41 +306,92 @@ class WorkerPool:
                 if stopped():
                     return _cancelled_result(worker.pid)
                 raise problem
+        return self._run_gated(worker, job, cancel, (time.monotonic() - entered, start_next), timeout_s, gate, keep)
+
+    def run_kept(self, job: WorkerJob, cancel: Optional[threading.Event] = None, timeout_s: Optional[float] = None,
+                 gate: Optional[Gate] = None) -> Optional[WorkerResult]:
+        """The baseline job in the worker a compile-ahead job kept (its build runs there, under
+        ``gate``); None when none is kept or it died meanwhile (run it as any job)."""
+        with self._lock:
+            worker, self._kept = self._kept, None
+        if worker is None or worker.proc.poll() is not None or self._closed:
+            if worker is not None:
+                self._discard(worker)
+            return None
+        self._claim(worker)
+        (worker.scratch / "result.json").unlink(missing_ok=True)  # the build's reply
+        return self._run_gated(worker, job, cancel, (0.0, False), timeout_s, gate, False)
+
+    def _run_gated(self, worker: _Worker, job: WorkerJob, cancel: Optional[threading.Event],
+                   waited_and_next: tuple[float, bool], timeout_s: Optional[float], gate: Optional[Gate],
+                   keep: bool) -> WorkerResult:
+        """``job`` on the ready ``worker`` inside ``gate``; the worker is discarded after, unless kept."""
         try:
             with gate() if gate is not None else contextlib.nullcontext():
-                if stopped():
+                if self._closed or (cancel is not None and cancel.is_set()):
                     return _cancelled_result(worker.pid)
                 limit = timeout_s if timeout_s is not None else self.run_timeout_s
-                result = self._run_on(worker, job, cancel, time.monotonic() - entered, start_next, limit)
+                result = self._run_on(worker, job, cancel, waited_and_next, limit, keep)
             result.startup_s = worker.startup_s
+            self._size_spares(job, result)
             return result
         finally:
             with self._lock:
                 self._running = None
-            self._discard(worker)
+                kept = worker is self._kept
+            if not kept:
+                self._discard(worker)
 
-    def _run_on(self, worker: _Worker, job: WorkerJob, cancel: Optional[threading.Event],
-                waited_s: float, start_next: bool, limit_s: float) -> WorkerResult:
-        result_path = worker.scratch / "result.json"
-        job_path = worker.scratch / "job.json"
-        job = dataclasses.replace(job, result_path=result_path, scratch_dir=worker.scratch / "work",
+    def _size_spares(self, job: WorkerJob, result: WorkerResult) -> None:
+        """Feed the sizer: every worker's start, and a candidate's job (not a baseline or build ahead)."""
+        if result.startup_s is not None:
+            self.sizer.started(result.startup_s)
+        if not (job.measure_baseline or job.compile_ahead) and result.seconds > 0:
+            self.sizer.ran(result.seconds)
+
+    def _hand_over(self, worker: _Worker, job: WorkerJob) -> WorkerJob:
+        """Write the job (its paths and reply token set) and its path to the worker's stdin."""
+        job = dataclasses.replace(job, result_path=worker.scratch / "result.json", scratch_dir=worker.scratch / "work",
                                   reply_token=secrets.token_hex(16),
                                   witness_path=worker.scratch / "witness" if self.judge_command else None)
+        job_path = worker.scratch / "job.json"
         job_path.write_text(job.to_json())
         with self._lock:
             self._running = worker
-        handed = time.monotonic()
         try:  # stdin stays open: the worker exits when it closes (this process died)
             assert worker.proc.stdin is not None
             worker.proc.stdin.write((str(job_path) + "\n").encode())
             worker.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             pass  # it died right away; the exit status says why
+        return job
+
+    def _kept_build(self, worker: _Worker, job: WorkerJob) -> Optional[WorkerReply]:
+        """A compile-ahead job's reply, once written, where the worker says it waits for its baseline job."""
+        path = job.result_path
+        if not job.compile_ahead or not path.exists():
+            return None
+        reply = WorkerReply.read(path)
+        if reply is None or reply.compiled_ahead is None or not reply.compiled_ahead.waits_for_baseline:
+            return None
+        return reply if hmac.compare_digest(reply.token, job.reply_token) else None
+
+    def _run_on(self, worker: _Worker, job: WorkerJob, cancel: Optional[threading.Event],
+                waited_and_next: tuple[float, bool], limit_s: float, keep: bool = False) -> WorkerResult:
+        waited_s, start_next = waited_and_next
+        job = self._hand_over(worker, job)
+        handed = time.monotonic()
         if start_next:
             self.start_spare()  # the next candidate's process starts while this one runs
         timed_out = cancelled = False
         deadline = handed + limit_s
         while worker.proc.poll() is None:
+            kept = self._kept_build(worker, job) if keep else None
+            if kept is not None and kept.compiled_ahead is not None:
+                with self._lock:
+                    self._kept = worker
+                return _ahead_result(kept.compiled_ahead, worker.pid, time.monotonic() - handed, None,
+                                     tail_text(worker.stderr_path), waited_s)
             if cancel is not None and cancel.is_set():
                 cancelled = True
                 break
@@ -341,7 +400,14 @@ class WorkerPool:
                 break
             time.sleep(_POLL_S)
         kill_group(worker.proc)  # the whole group: stray grandchildren of a finished worker die too
-        seconds = time.monotonic() - handed
+        return self._collect(worker, job, time.monotonic() - handed, (timed_out, cancelled), waited_s, limit_s)
+
+    def _collect(self, worker: _Worker, job: WorkerJob, seconds: float, stops: tuple[bool, bool], waited_s: float,
+                 limit_s: float) -> WorkerResult:
+        """The ended worker's result: its reply (judged where it needs the judge), or why there is none."""
+        timed_out, cancelled = stops
+        result_path = job.result_path
+        handed = time.monotonic() - seconds
         returncode = worker.proc.returncode
         stderr_tail = tail_text(worker.stderr_path)
         if cancelled:
@@ -404,8 +470,8 @@ class WorkerPool:
         with self._lock:
             self._closed = True
             spares, self._spare_workers = self._spare_workers, []
-            running = self._running
-        for spare in spares:
+            running, kept, self._kept = self._running, self._kept, None
+        for spare in spares + ([kept] if kept is not None else []):
             self._discard(spare)
         if running is not None:
             kill_group(running.proc)
@@ -419,6 +485,12 @@ class WorkerPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def has_kept(self) -> bool:
+        """A compile-ahead job's worker waits here for its baseline job (``run_kept``)."""
+        with self._lock:
+            return self._kept is not None and self._kept.proc.poll() is None
 
     @property
     def spare_pid(self) -> Optional[int]:

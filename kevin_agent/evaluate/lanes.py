@@ -22,8 +22,8 @@ from typing import Optional
 from kevin_agent.evaluate.api import EvalSettings, WaitCallback
 from kevin_agent.evaluate.isolation import Confine, WorkerPool, WorkerResult
 from kevin_agent.evaluate.lease import GpuLease
-from kevin_agent.evaluate.processes import BUILD_NICENESS
 from kevin_agent.evaluate.protocol import Baseline, WorkerJob
+from kevin_agent.evaluate.spares import spare_ceiling
 
 RUN_LIMIT_FLOOR_S = 20.0  # process start-up, extension import, first forward
 TRIALS_BUDGET = 160  # warm-up + timed + correctness runs, generously counted
@@ -101,47 +101,78 @@ class LocalLane(GpuLane):
             env["CUDA_CACHE_PATH"] = str(cache_dir / "cuda-jit")
             env.update(granted_devices_env())
         self.pool = WorkerPool(worker_command, run_timeout_s=settings.run_timeout_s, extra_env=env,
-                               spares=spares, confine=confine, scratch_root=scratch_root)
+                               spares=spares, max_spares=spare_ceiling(spares), confine=confine,
+                               scratch_root=scratch_root)
         self.lease = GpuLease(device.uuid, device.label, lease_folder)
-        self._ahead_pools: set[WorkerPool] = set()  # compile-ahead jobs running now (closed with the lane)
+        self._ahead_pools: set[WorkerPool] = set()  # compile-ahead jobs running or kept (closed with the lane)
+        self._built: dict[str, WorkerPool] = {}  # task source -> the pool whose worker kept its build
         self._ahead_lock = threading.Lock()
         self._closed = False
 
     def compile_ahead(self, job: WorkerJob, *, cancel: Optional[threading.Event] = None,
                       timeout_s: Optional[float] = None) -> Optional[WorkerResult]:
-        """The job in a worker of its own (confined as every worker, niced as the builds, no judge),
-        without the lease: it may run while another job holds the GPU."""
+        """The job in a worker of its own (confined as every worker, no judge), without the lease:
+        it may run while another job holds the GPU. A worker that built stays for the task's
+        baseline job (``run`` hands it over under the lease), so nothing is compiled under it."""
         base = self.pool
         pool = WorkerPool(base.command, run_timeout_s=base.run_timeout_s, spare=False, extra_env=base.extra_env,
-                          confine=base.confine, scratch_root=base.scratch_root, judge=False,
-                          niceness=BUILD_NICENESS)
+                          confine=base.confine, scratch_root=base.scratch_root, judge=False)
         with self._ahead_lock:
             if self._closed:
                 return None
             self._ahead_pools.add(pool)
+        kept = False
         try:
-            return pool.run(job, cancel=cancel, start_next=False, timeout_s=timeout_s)
+            result = pool.run(job, cancel=cancel, start_next=False, timeout_s=timeout_s, keep=True)
+            kept = pool.has_kept
+            return result
         except RuntimeError:  # the lane closed it before it ran: nothing to build for
             if self._closed:
                 return None
             raise
         finally:
             with self._ahead_lock:
-                self._ahead_pools.discard(pool)
-            pool.close()
+                kept = kept and not self._closed
+                if kept:
+                    self._built[job.task_source] = pool
+                else:
+                    self._ahead_pools.discard(pool)
+            if not kept:
+                pool.close()
 
     def run(self, job: WorkerJob, *, build_entries: Sequence[Path] = (),
             cancel: Optional[threading.Event] = None, timeout_s: Optional[float] = None,
             on_wait: Optional[WaitCallback] = None, last: bool = False,
             on_hold: Optional[Callable[[], None]] = None) -> WorkerResult:
         """As ``GpuLane.run``; ``on_hold`` hears when the wait for the GPU's lease ended (the job
-        starts, or it was cancelled while waiting)."""
-        result = self.pool.run(job, cancel=cancel, start_next=not last, timeout_s=timeout_s,
-                               gate=lambda: self._gate(cancel, on_wait, on_hold))
+        starts, or it was cancelled while waiting). A baseline job goes to the worker that built
+        its task's torch.compile ahead, where one waits."""
+        gate = lambda: self._gate(cancel, on_wait, on_hold)  # noqa: E731
+        result = self._run_on_build(job, cancel, timeout_s, gate) if job.measure_baseline else None
+        if result is None:
+            result = self.pool.run(job, cancel=cancel, start_next=not last, timeout_s=timeout_s, gate=gate)
         where = result.verdict.details.environment
         where.lane = self.name
         where.gpu_uuid = where.gpu_uuid or self.device.uuid
         return result
+
+    def _run_on_build(self, job: WorkerJob, cancel: Optional[threading.Event], timeout_s: Optional[float],
+                      gate: Callable[[], contextlib.AbstractContextManager[bool]]) -> Optional[WorkerResult]:
+        """The baseline job in the worker kept by its task's compile-ahead job; None where none waits,
+        or where that worker ended without a baseline (lost, crashed: a fresh worker measures it)."""
+        with self._ahead_lock:
+            pool = self._built.pop(job.task_source, None)
+        if pool is None:
+            return None
+        try:
+            result = pool.run_kept(job, cancel=cancel, timeout_s=timeout_s, gate=gate)
+            lost = result is not None and result.baseline is None and result.task_failure is None \
+                and not result.cancelled
+            return None if lost else result
+        finally:
+            with self._ahead_lock:
+                self._ahead_pools.discard(pool)
+            pool.close()
 
     @contextlib.contextmanager
     def _gate(self, cancel: Optional[threading.Event], on_wait: Optional[WaitCallback],

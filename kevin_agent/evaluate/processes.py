@@ -60,7 +60,7 @@ def scrubbed_environment(base: Optional[Mapping[str, str]] = None, scratch: Opti
     return env
 
 
-# Compiles (builds, torch.compile ahead of a baseline) run this much nicer than kevin itself: with a
+# Builds run this much nicer than kevin itself: with a
 # batch's builds filling every core, the GPU lane's worker (a baseline's timing, a candidate's) and
 # the workers starting beside it get the CPU first, and the compiles still take every cycle left idle.
 BUILD_NICENESS = 10

@@ -71,6 +71,9 @@ class Baseline:
     measured_seconds: Optional[float] = None  # how long measuring it took (parent's clock, job included)
     # torch.compile's build came from Inductor's caches (a compile-ahead job filled them); None: not known
     compile_cache_hit: Optional[bool] = None
+    # torch.compile was built by this worker's compile-ahead job before it took the lease (False: built
+    # or loaded under the lease; see compile_cache_hit)
+    built_ahead: bool = False
     stage_seconds: dict[str, float] = field(default_factory=dict)  # the worker's parts of that (bench)
 
     @property
@@ -198,11 +201,15 @@ class CompiledAhead:
     ok: bool
     error: str = ""
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    # the worker kept its build and reads the task's baseline job from stdin next (LocalLane runs it
+    # there under the lease); False: it exits, as every other worker
+    waits_for_baseline: bool = False
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> CompiledAhead:
         seconds = raw.get("stage_seconds") or {}
-        return cls(bool(raw["ok"]), str(raw.get("error") or ""), {str(k): float(v) for k, v in seconds.items()})
+        return cls(bool(raw["ok"]), str(raw.get("error") or ""), {str(k): float(v) for k, v in seconds.items()},
+                   raw.get("waits_for_baseline") is True)
 
 
 @dataclass

@@ -49,17 +49,20 @@ def write_result(path: str, info: dict, token: str = "") -> None:
     write_reply(path, {"verdict": verdict, "token": token})
 
 
-def write_baseline(path: str, eager_ms: float = 1.2, compiled_ms: float = 0.8, token: str = "") -> None:
+def write_baseline(path: str, eager_ms: float = 1.2, compiled_ms: float = 0.8, token: str = "",
+                   gpu_name: str = "stand-in") -> None:
     """A baseline job's reply: the reference 'timed' at 1.2 ms eager, 0.8 ms compiled (by default)."""
     stats = lambda ms: {"median_ms": ms, "mean_ms": ms, "min_ms": ms, "max_ms": ms, "iqr_ms": 0.0,  # noqa: E731
                         "trials": 20, "ci_low_ms": ms, "ci_high_ms": ms}
-    write_reply(path, {"baseline": {"eager": stats(eager_ms), "compiled": stats(compiled_ms), "gpu_name": "stand-in"},
+    write_reply(path, {"baseline": {"eager": stats(eager_ms), "compiled": stats(compiled_ms), "gpu_name": gpu_name},
                        "token": token})
 
 
 def compile_ahead(job: dict) -> None:
     """A compile-ahead job: 'builds' for $STANDIN_AHEAD_S seconds (default 0), appends its pid and
-    both ends' times to $STANDIN_AHEAD_LOG when set, and says it built."""
+    both ends' times to $STANDIN_AHEAD_LOG when set, and says it built. $STANDIN_KEEP=1: it says it
+    waits for the baseline job and runs the next job on stdin ("stand-in kept PID" as the GPU's
+    name); =die: it says so, then exits without one (a worker lost between its build and its baseline)."""
     started = time.time()
     time.sleep(float(os.environ.get("STANDIN_AHEAD_S", "0")))
     log = os.environ.get("STANDIN_AHEAD_LOG")
@@ -67,8 +70,17 @@ def compile_ahead(job: dict) -> None:
         with open(log, "a") as handle:
             handle.write(json.dumps({"pid": os.getpid(), "started": started, "ended": time.time(),
                                      "niceness": os.nice(0)}) + "\n")
-    write_reply(job["result_path"], {"compiled_ahead": {"ok": True, "stage_seconds": {
+    keep = os.environ.get("STANDIN_KEEP", "")
+    write_reply(job["result_path"], {"compiled_ahead": {"ok": True, "waits_for_baseline": bool(keep), "stage_seconds": {
         "baseline_compile_ahead": time.time() - started}}, "token": job.get("reply_token", "")})
+    if keep == "die":
+        time.sleep(0.3)
+        return
+    if keep:
+        with open(sys.stdin.readline().strip()) as handle:
+            baseline_job = json.load(handle)
+        write_baseline(baseline_job["result_path"], token=baseline_job.get("reply_token", ""),
+                       gpu_name=f"stand-in kept {os.getpid()}")
 
 
 def main(start_mode: str) -> None:

@@ -3,13 +3,14 @@ adaptive trials, L2 flushed), with what the speed of light needs and the referen
 count (provenance's partial policy), reused for every candidate.
 
 The compile-ahead job comes before it, off the GPU's lease: torch.compile builds the reference
-(Inductor's code, its Triton kernels) into the shared caches and runs nothing, so that the baseline
-job under the lease loads that build instead of compiling (``Baseline.compile_cache_hit`` says
-whether it did; on an H100 at ea37782 only the Triton kernels came from the caches: docs/eval.md)."""
+(Inductor's code, its Triton kernels, into the shared caches too) and runs nothing; its worker keeps
+the build and the baseline job under the lease runs there, on it (``Baseline.built_ahead``), or, in
+a fresh worker, loads it from the caches (``Baseline.compile_cache_hit``; docs/eval.md)."""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from kevin_agent.evaluate.protocol import Baseline, CompiledAhead
@@ -26,10 +27,11 @@ from kevin_agent.evaluate.worker.timing import Timer, stats_from_samples
 AHEAD_MEMORY_FRACTION = 1 / 16
 
 
-def measure_baseline(ctx: Context, task: Any, reference: Any) -> Baseline:
-    """Time the reference (eager, then torch.compile); TaskProblem when eager itself fails. Each
-    part's seconds go into ``stage_seconds`` (``baseline_eager``, ``baseline_launches``,
-    ``baseline_compile``, ``baseline_compiled``, ``baseline_flops``): where a baseline job's time goes."""
+def measure_baseline(ctx: Context, task: Any, reference: Any, built: BuiltAhead | None = None) -> Baseline:
+    """Time the reference (eager, then torch.compile: ``built``'s build where this worker made it
+    ahead, else built now); TaskProblem when eager itself fails. Each part's seconds go into
+    ``stage_seconds`` (``baseline_eager``, ``baseline_launches``, ``baseline_compile``,
+    ``baseline_compiled``, ``baseline_flops``): where a baseline job's time goes."""
     s, d = ctx.settings, ctx.details
     inputs = ctx.timing_inputs(task)
     timer = Timer(ctx.clock, ctx.flush)
@@ -41,31 +43,36 @@ def measure_baseline(ctx: Context, task: Any, reference: Any) -> Baseline:
         raise TaskProblem(describe_exception(exc, None)) from exc
     with ctx.stage("baseline_launches"):
         launches = reference_launches(ctx, reference, provenance_inputs(ctx, task))  # before torch.compile
-    compiled, compile_seconds, cache_hit = _time_compiled(ctx, timer, reference, snapshot(inputs)) \
+    compiled, compile_seconds, cache_hit = _time_compiled(ctx, timer, reference, snapshot(inputs), built) \
         if s.with_torch_compile else (None, None, None)
     baseline = Baseline(eager=eager, compiled=compiled, torch_compile_seconds=compile_seconds,
                         inputs=input_signature(inputs), gpu_name=d.environment.gpu_name or "",
                         gpu_uuid=d.environment.gpu_uuid or "", torch_version=d.environment.torch_version or "",
                         cuda_version=d.environment.cuda_version or "", reference_kernels=launches,
-                        compile_cache_hit=cache_hit)
+                        compile_cache_hit=cache_hit, built_ahead=built is not None and compiled is not None)
     with ctx.stage("baseline_flops"):
         _add_work(baseline, reference, inputs)
     baseline.stage_seconds = dict(d.environment.stage_seconds)
     return baseline
 
 
-def _time_compiled(ctx: Context, timer: Timer, reference: Any,
-                   inputs: Any) -> tuple[Any, float | None, bool | None]:
+def _time_compiled(ctx: Context, timer: Timer, reference: Any, inputs: Any,
+                   built: BuiltAhead | None = None) -> tuple[Any, float | None, bool | None]:
     """torch.compile of the reference: (TimingStats, compile seconds, whether the build came from
-    the caches: ``_served_from_cache``), or (None, None, None) on failure."""
+    the caches: ``_served_from_cache``), or (None, None, None) on failure. With ``built`` its
+    build runs (released now) and the seconds are its build's plus the first call's."""
     import torch
 
     s = ctx.settings
     try:
         with ctx.stage("baseline_compile"):
             before = _cache_counts()
-            compiled = torch.compile(reference)
-            seconds = timer.first_call_seconds(compiled, inputs)
+            if built is not None:
+                built.backend.released = True
+                compiled = built.compiled
+            else:
+                compiled = torch.compile(reference)
+            seconds = timer.first_call_seconds(compiled, inputs) + (built.seconds if built else 0.0)
             cache_hit = _served_from_cache(before, _cache_counts())
         with ctx.stage("baseline_compiled"):
             samples = timer.time_adaptive(compiled, inputs, s.timing_trials, s.warmup_trials)
@@ -76,58 +83,78 @@ def _time_compiled(ctx: Context, timer: Timer, reference: Any,
         return None, None, None
 
 
-def limit_ahead_memory(device: Any) -> None:
-    """Cap this process's GPU memory for a compile-ahead job (``AHEAD_MEMORY_FRACTION``)."""
+def limit_ahead_memory(device: Any, fraction: float = AHEAD_MEMORY_FRACTION) -> None:
+    """Cap this process's GPU memory for a compile-ahead job (``AHEAD_MEMORY_FRACTION``); 1.0 lifts
+    the cap again for the baseline job that follows it in the same worker."""
     import torch
 
-    torch.cuda.set_per_process_memory_fraction(AHEAD_MEMORY_FRACTION, device)
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
 
 
 class _Built(Exception):
-    """Raised where the compiled reference would run: a compile-ahead job runs nothing."""
+    """Raised where the compiled reference would run before its baseline job released it."""
 
 
-class _BuildOnly:
+class _Deferred:
     """A torch.compile backend: torch.compile's default (Inductor, no mode or options), which builds
-    the graph into its caches exactly as the baseline job's ``torch.compile(reference)`` will look
-    it up; what it returns refuses to run."""
+    the graph exactly as ``torch.compile(reference)`` would (into the shared caches too); what it
+    returns refuses to run until ``released`` (the baseline job, under the GPU's lease)."""
 
     def __init__(self) -> None:
         from torch import _TorchCompileInductorWrapper
 
         self.inductor = _TorchCompileInductorWrapper(None, None, None)
+        self.released = False
 
     def __call__(self, graph: Any, example_inputs: Any) -> Any:
-        self.inductor(graph, example_inputs)
+        compiled = self.inductor(graph, example_inputs)
 
-        def refuse(*args: Any, **kwargs: Any) -> Any:
-            raise _Built()
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if not self.released:
+                raise _Built()
+            return compiled(*args, **kwargs)
 
-        return refuse
+        if getattr(compiled, "_boxed_call", False):  # called with one list of arguments, as Inductor's
+            run._boxed_call = True  # type: ignore[attr-defined]
+        return run
 
     def __getattr__(self, name: str) -> Any:  # what dynamo asks of a backend, answered as Inductor's
         return getattr(self.inductor, name)
 
 
-def compile_ahead(ctx: Context, task: Any, reference: Any) -> CompiledAhead:
+@dataclass
+class BuiltAhead:
+    """A compile-ahead job's build, kept in its worker for the task's baseline job: the reference it
+    compiled, ``torch.compile(reference)`` with its graphs built, its backend, and the build's seconds."""
+
+    task: Any
+    reference: Any
+    compiled: Any
+    backend: _Deferred
+    seconds: float
+
+
+def compile_ahead(ctx: Context, task: Any, reference: Any) -> tuple[CompiledAhead, BuiltAhead | None]:
     """torch.compile's build of the reference on the timing inputs (seeded as the baseline job's),
-    into Inductor's and Triton's caches, stopped before the compiled graph runs. Never raises."""
+    stopped before the compiled graph runs; with the build when it was made. Never raises."""
     import torch
 
     def parts() -> dict[str, float]:
         return dict(ctx.details.environment.stage_seconds)
 
     inputs = ctx.timing_inputs(task)
+    backend = _Deferred()
     try:
         with ctx.stage("baseline_compile_ahead"):
-            compiled = torch.compile(reference, backend=_BuildOnly())
+            compiled = torch.compile(reference, backend=backend)
             with torch.no_grad():
                 compiled(*snapshot(inputs))
     except _Built:
-        return CompiledAhead(True, stage_seconds=parts())
+        seconds = parts().get("baseline_compile_ahead", 0.0)
+        return CompiledAhead(True, stage_seconds=parts()), BuiltAhead(task, reference, compiled, backend, seconds)
     except Exception as exc:
-        return CompiledAhead(False, f"{type(exc).__name__}: {exc}".splitlines()[0][:500], parts())
-    return CompiledAhead(False, "torch.compile ran the reference without a graph to build", parts())
+        return CompiledAhead(False, f"{type(exc).__name__}: {exc}".splitlines()[0][:500], parts()), None
+    return CompiledAhead(False, "torch.compile ran the reference without a graph to build", parts()), None
 
 
 def _cache_counts() -> dict[str, int]:

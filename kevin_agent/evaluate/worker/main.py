@@ -9,18 +9,25 @@ Other exits (no reply): ``WorkerExit``. torch and the standard library only.
 from __future__ import annotations
 
 import os
+import queue
 import sys
 import threading
 import traceback
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from kevin_agent.evaluate.protocol import READY_LINE, BadJob, WorkerExit, WorkerJob, WorkerReply
+from kevin_agent.evaluate.worker.baseline import BuiltAhead
 from kevin_agent.evaluate.worker.cache_dirs import point_caches
 from kevin_agent.evaluate.worker.guards import OWN_MODULES, capture_references, with_module_state
 from kevin_agent.evaluate.worker.provenance import warm_profiler
-from kevin_agent.evaluate.worker.stages import TaskProblem, evaluate_job
+from kevin_agent.evaluate.worker.stages import TaskProblem, baseline_after_build, build_ahead, evaluate_job
+
+# A worker that built torch.compile ahead waits this long for its task's baseline job (the parent
+# hands it over once it holds the GPU's lease, which another process may hold for minutes), then exits.
+KEPT_BUILD_WAIT_S = 900.0
 
 
 def write_reply(job: WorkerJob, reply: WorkerReply) -> None:
@@ -53,16 +60,21 @@ def cache_dir_of(job: WorkerJob) -> Path:
     return default_cache_root()
 
 
-def _exit_with_parent() -> None:
+def _exit_with_parent() -> queue.Queue[str]:
     """The parent keeps our stdin open while it waits for us; end of file means it died (or gave
-    up on us): exit at once, releasing the GPU, instead of running on unwatched."""
+    up on us): exit at once, releasing the GPU, instead of running on unwatched. What it writes
+    meanwhile (the baseline job after a build ahead) comes out of the queue, a line each."""
+    lines: queue.Queue[str] = queue.Queue()
+
     def watch() -> None:
         try:
-            sys.stdin.buffer.read()
+            for line in sys.stdin:
+                lines.put(line.strip())
         finally:
             os._exit(WorkerExit.ORPHANED)
 
     threading.Thread(target=watch, name="kevin-parent-watch", daemon=True).start()
+    return lines
 
 
 def _one_compile_thread() -> None:
@@ -114,18 +126,59 @@ def main() -> int:
     except BadJob as exc:
         print(f"kevin-worker: {exc}", file=sys.stderr, flush=True)
         return WorkerExit.BAD_JOB
-    _exit_with_parent()
+    lines = _exit_with_parent()
     cache_dir = cache_dir_of(job)
     _prepare_caches(cache_dir)
+    return _run_job(job, cache_dir, (captured, device, stream), lines)
+
+
+def _task_failure(exc: TaskProblem) -> WorkerReply:
+    text = str(exc).strip()
+    return WorkerReply(task_failure=text.splitlines()[-1] if text else "unknown error", task_failure_detail=text)
+
+
+def _run_job(job: WorkerJob, cache_dir: Path, gpu: tuple[Any, Any, Any], lines: queue.Queue[str]) -> int:
+    """The job's reply written; after a compile-ahead job that built, the task's baseline job too."""
+    captured, device, stream = gpu
+    built = None
     try:
-        reply = evaluate_job(job, cache_dir, captured, device, stream)
+        if job.compile_ahead:
+            reply, built = build_ahead(job, captured, device, stream)
+        else:
+            reply = evaluate_job(job, cache_dir, captured, device, stream)
     except TaskProblem as exc:
-        text = str(exc).strip()
-        reply = WorkerReply(task_failure=text.splitlines()[-1] if text else "unknown error",
-                            task_failure_detail=text)
+        reply = _task_failure(exc)
+    except Exception:
+        traceback.print_exc(file=sys.stderr)
+        return WorkerExit.INTERNAL
+    if built is not None and reply.compiled_ahead is not None:
+        reply.compiled_ahead.waits_for_baseline = True  # the parent keeps this worker for it
+    write_reply(job, reply)
+    return WorkerExit.OK if built is None else _baseline_after_build(job, built, gpu, lines)
+
+
+def _baseline_after_build(first: WorkerJob, built: BuiltAhead, gpu: tuple[Any, Any, Any],
+                          lines: queue.Queue[str]) -> int:
+    """The task's baseline job, the next line on stdin, timed on this worker's build (the parent
+    holds the GPU's lease by then); end of file instead ends the worker (the watch exits)."""
+    captured, device, stream = gpu
+    try:
+        try:
+            line = lines.get(timeout=KEPT_BUILD_WAIT_S)
+        except queue.Empty:
+            raise BadJob(f"no baseline job came within {KEPT_BUILD_WAIT_S:g} s of the build ahead") from None
+        job = read_job(Path(line))
+        if not job.measure_baseline or job.task_source != first.task_source:
+            raise BadJob("the job after a build ahead must be its task's baseline job")
+    except BadJob as exc:
+        print(f"kevin-worker: {exc}", file=sys.stderr, flush=True)
+        return WorkerExit.BAD_JOB
+    try:
+        reply = baseline_after_build(job, built, captured, device, stream)
+    except TaskProblem as exc:
+        reply = _task_failure(exc)
     except Exception:
         traceback.print_exc(file=sys.stderr)
         return WorkerExit.INTERNAL
     write_reply(job, reply)
     return WorkerExit.OK
-

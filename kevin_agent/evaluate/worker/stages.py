@@ -18,7 +18,7 @@ from kevin_agent import feedback
 from kevin_agent.data import Stage, Verdict, VerdictDetails, flag_untrusted
 from kevin_agent.evaluate.protocol import Baseline, WorkerJob, WorkerReply
 from kevin_agent.evaluate.provenance.policy import profile_feedback
-from kevin_agent.evaluate.worker.baseline import compile_ahead, limit_ahead_memory, measure_baseline
+from kevin_agent.evaluate.worker.baseline import BuiltAhead, compile_ahead, limit_ahead_memory, measure_baseline
 from kevin_agent.evaluate.worker.context import Context, TaskProblem, environment_details, load_reference
 from kevin_agent.evaluate.worker.correctness import (
     CorrectnessHarness,
@@ -53,29 +53,35 @@ from kevin_agent.evaluate.worker.timing import (
     stats_from_samples,
 )
 
-__all__ = ["TaskProblem", "evaluate_job"]
+__all__ = ["TaskProblem", "baseline_after_build", "build_ahead", "evaluate_job"]
+
+
+def _context(job: WorkerJob, captured: CapturedReferences, device: Any, stream: Any, scratch: Path) -> Context:
+    clock = Clock.from_captured(captured, stream, device_cycles_per_ms(device))
+    return Context(captured, clock, device, job.settings, environment_details(device), scratch / "candidate.py",
+                   make_flush(device))
+
+
+def _scratch(job: WorkerJob) -> Path:
+    return Path(job.scratch_dir or tempfile.mkdtemp(prefix="kevin-worker-"))
 
 
 def evaluate_job(job: WorkerJob, cache_dir: Path, captured: CapturedReferences, device: Any,
                  stream: Any) -> WorkerReply:
-    """The job's reply. Raises TaskProblem when the reference itself fails."""
-    scratch = Path(job.scratch_dir or tempfile.mkdtemp(prefix="kevin-worker-"))
+    """The job's reply (a compile-ahead job: ``build_ahead``). Raises TaskProblem when the
+    reference itself fails."""
+    if job.compile_ahead:
+        return build_ahead(job, captured, device, stream)[0]
+    scratch = _scratch(job)
     try:
-        clock = Clock.from_captured(captured, stream, device_cycles_per_ms(device))
-        ctx = Context(captured, clock, device, job.settings, environment_details(device), scratch / "candidate.py",
-                      make_flush(device))
-        reference_only = job.measure_baseline or job.compile_ahead
-        if job.witness_path is not None and not reference_only:
+        ctx = _context(job, captured, device, stream, scratch)
+        if job.witness_path is not None and not job.measure_baseline:
             from kevin_agent.evaluate.judge_wire import WitnessWriter
 
             ctx.witness = WitnessWriter(job.witness_path)  # its folder made before any candidate code
-        if job.compile_ahead:
-            limit_ahead_memory(device)  # before the reference takes any
         with ctx.stage("reference"):
-            peaks = None if reference_only else _peaks(cache_dir, ctx)  # before candidate code runs
+            peaks = None if job.measure_baseline else _peaks(cache_dir, ctx)  # before candidate code runs
             task, reference, init_inputs = load_reference(job.task_source, scratch, ctx)
-        if job.compile_ahead:
-            return WorkerReply(compiled_ahead=compile_ahead(ctx, task, reference))
         if job.measure_baseline:
             return WorkerReply(baseline=measure_baseline(ctx, task, reference))
         if job.baseline is None:
@@ -89,6 +95,28 @@ def evaluate_job(job: WorkerJob, cache_dir: Path, captured: CapturedReferences, 
     finally:
         if job.scratch_dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def build_ahead(job: WorkerJob, captured: CapturedReferences, device: Any,
+                stream: Any) -> tuple[WorkerReply, BuiltAhead | None]:
+    """A compile-ahead job: the reply, and the build where torch.compile made one (the worker may
+    keep it for the task's baseline job: ``baseline_after_build``). Raises TaskProblem when the
+    reference itself fails."""
+    ctx = _context(job, captured, device, stream, _scratch(job))
+    limit_ahead_memory(device)  # before the reference takes any
+    with ctx.stage("reference"):
+        task, reference, _ = load_reference(job.task_source, ctx.candidate_path.parent, ctx)
+    done, built = compile_ahead(ctx, task, reference)
+    return WorkerReply(compiled_ahead=done), built
+
+
+def baseline_after_build(job: WorkerJob, built: BuiltAhead, captured: CapturedReferences, device: Any,
+                         stream: Any) -> WorkerReply:
+    """The task's baseline job in the worker that built its torch.compile ahead: the memory cap
+    lifted, the same reference timed, its build released and timed (nothing compiled under the lease)."""
+    limit_ahead_memory(device, 1.0)
+    ctx = _context(job, captured, device, stream, _scratch(job))
+    return WorkerReply(baseline=measure_baseline(ctx, built.task, built.reference, built))
 
 
 def _evaluate_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, loaded: tuple[Any, Any, Any],
