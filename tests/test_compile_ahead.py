@@ -398,3 +398,32 @@ def test_a_kept_worker_reads_its_next_job_and_exits_when_its_parent_goes():
     proc.stdin.close()
     assert proc.wait(timeout=120) == 5
     assert proc.stdout.read() == ""
+
+
+def test_the_worker_answers_a_job_with_its_reply_the_tasks_failure_or_nothing(tmp_path, capfd):
+    """``main._answer``, which every job's reply goes through (the build ahead and the baseline job
+    after it included): a reply is written with the job's token; a TaskProblem becomes the task's
+    failure (its last line); any other exception writes nothing and exits INTERNAL (1)."""
+    from kevin_agent.evaluate.protocol import WorkerExit
+    from kevin_agent.evaluate.worker import main
+    from kevin_agent.evaluate.worker.context import TaskProblem
+
+    def job(name: str) -> WorkerJob:
+        return WorkerJob("src", "", tmp_path / f"{name}.json", reply_token=f"token-{name}")
+
+    assert main._answer(job("ok"), lambda: WorkerReply(compiled_ahead=CompiledAhead(True))) == WorkerExit.OK
+    written = WorkerReply.read(tmp_path / "ok.json")
+    assert written is not None and written.token == "token-ok" and written.compiled_ahead == CompiledAhead(True)
+
+    def fails() -> WorkerReply:
+        raise TaskProblem("Traceback ...\nNameError: name 'x' is not defined")
+
+    assert main._answer(job("task"), fails) == WorkerExit.OK
+    failed = WorkerReply.read(tmp_path / "task.json")
+    assert failed is not None and failed.task_failure == "NameError: name 'x' is not defined"
+
+    def bug() -> WorkerReply:
+        raise KeyError("oops")
+
+    assert main._answer(job("bug"), bug) == WorkerExit.INTERNAL == 1
+    assert not (tmp_path / "bug.json").exists() and "KeyError: 'oops'" in capfd.readouterr().err

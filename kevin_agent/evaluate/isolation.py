@@ -35,7 +35,6 @@ from kevin_agent.evaluate.processes import (
     crash_reason,
     crash_verdict,
     kill_group,
-    niced,
     read_child_file,
     scrubbed_environment,
     tail_text,
@@ -104,7 +103,7 @@ class WorkerPool:
     judge process starts (``judge_command``; by default with the default worker command only):
     a verdict that passed counts only when the judge confirms its outputs (``judgement``); ``judge=False``
     starts none (jobs that judge no candidate). ``base_env`` is the environment to scrub (default:
-    ``os.environ`` at spawn time); ``niceness`` > 0 starts each worker that much nicer (``nice``).
+    ``os.environ`` at spawn time).
     ``max_spares`` (default ``spares``): how far the spares may grow where workers start slower
     than jobs end (``spares.SpareSizer``).
     Thread-safe for one caller at a time; ``close()`` may be called from any thread.
@@ -126,14 +125,12 @@ class WorkerPool:
         judge_command: Optional[Sequence[str]] = None,
         judge_timeout_s: float = 180.0,
         judge: bool = True,
-        niceness: int = 0,
         max_spares: Optional[int] = None,
     ) -> None:
         self.command = tuple(command) if command else DEFAULT_WORKER_COMMAND
         self.judge_command = tuple(judge_command) if judge_command else (None if command else DEFAULT_JUDGE_COMMAND)
         if not judge:
             self.judge_command = None
-        self.niceness = niceness
         self.judge_timeout_s = judge_timeout_s
         self.run_timeout_s = run_timeout_s
         self.start_timeout_s = start_timeout_s
@@ -164,8 +161,6 @@ class WorkerPool:
         env.update(self.extra_env)
         with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
             command = self.confine(scratch, self.command) if self.confine else list(self.command)
-            if self.niceness > 0:
-                command = niced(command, env, self.niceness)
             proc = subprocess.Popen(
                 command,
                 stdin=subprocess.PIPE,

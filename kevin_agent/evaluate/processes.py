@@ -60,14 +60,14 @@ def scrubbed_environment(base: Optional[Mapping[str, str]] = None, scratch: Opti
     return env
 
 
-# Builds run this much nicer than kevin itself: with a
-# batch's builds filling every core, the GPU lane's worker (a baseline's timing, a candidate's) and
-# the workers starting beside it get the CPU first, and the compiles still take every cycle left idle.
+# Builds run this much nicer than kevin itself: with a batch's builds filling every core, the GPU
+# lane's worker (a baseline's timing, a candidate's) and the workers starting beside it get the CPU
+# first, and the compiles still take every cycle left idle.
 BUILD_NICENESS = 10
 
 
-def niced(argv: list[str], env: Mapping[str, str], niceness: int = BUILD_NICENESS) -> list[str]:
-    """``argv`` under ``nice -n NICENESS`` (found in /usr/bin or /bin, never on a PATH a caller
+def niced(argv: list[str], env: Mapping[str, str]) -> list[str]:
+    """``argv`` under ``nice -n BUILD_NICENESS`` (found in /usr/bin or /bin, never on a PATH a caller
     set), inherited by everything it starts; ``argv`` as it is without a ``nice``. A program not
     found on ``env``'s PATH raises FileNotFoundError, as starting it directly would."""
     nice = shutil.which("nice", path="/usr/bin:/bin")
@@ -75,7 +75,7 @@ def niced(argv: list[str], env: Mapping[str, str], niceness: int = BUILD_NICENES
         return argv
     if shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
-    return [nice, "-n", str(niceness), *argv]
+    return [nice, "-n", str(BUILD_NICENESS), *argv]
 
 
 def package_root() -> str:

@@ -13,6 +13,7 @@ import queue
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -137,24 +138,36 @@ def _task_failure(exc: TaskProblem) -> WorkerReply:
     return WorkerReply(task_failure=text.splitlines()[-1] if text else "unknown error", task_failure_detail=text)
 
 
-def _run_job(job: WorkerJob, cache_dir: Path, gpu: tuple[Any, Any, Any], lines: queue.Queue[str]) -> int:
-    """The job's reply written; after a compile-ahead job that built, the task's baseline job too."""
-    captured, device, stream = gpu
-    built = None
+def _answer(job: WorkerJob, make: Callable[[], WorkerReply]) -> int:
+    """Write ``make()``'s reply to ``job`` (a TaskProblem: the task's failure) and exit OK; a bug in
+    the worker writes none and exits INTERNAL, its traceback on stderr."""
     try:
-        if job.compile_ahead:
-            reply, built = build_ahead(job, captured, device, stream)
-        else:
-            reply = evaluate_job(job, cache_dir, captured, device, stream)
+        reply = make()
     except TaskProblem as exc:
         reply = _task_failure(exc)
     except Exception:
         traceback.print_exc(file=sys.stderr)
         return WorkerExit.INTERNAL
-    if built is not None and reply.compiled_ahead is not None:
-        reply.compiled_ahead.waits_for_baseline = True  # the parent keeps this worker for it
     write_reply(job, reply)
-    return WorkerExit.OK if built is None else _baseline_after_build(job, built, gpu, lines)
+    return WorkerExit.OK
+
+
+def _run_job(job: WorkerJob, cache_dir: Path, gpu: tuple[Any, Any, Any], lines: queue.Queue[str]) -> int:
+    """The job's reply written; after a compile-ahead job that built, the task's baseline job too."""
+    captured, device, stream = gpu
+    if not job.compile_ahead:
+        return _answer(job, lambda: evaluate_job(job, cache_dir, captured, device, stream))
+    kept: list[BuiltAhead] = []
+
+    def build() -> WorkerReply:
+        reply, built = build_ahead(job, captured, device, stream)
+        if built is not None and reply.compiled_ahead is not None:
+            reply.compiled_ahead.waits_for_baseline = True  # the parent keeps this worker for it
+            kept.append(built)
+        return reply
+
+    code = _answer(job, build)
+    return _baseline_after_build(job, kept[0], gpu, lines) if code == WorkerExit.OK and kept else code
 
 
 def _baseline_after_build(first: WorkerJob, built: BuiltAhead, gpu: tuple[Any, Any, Any],
@@ -173,12 +186,4 @@ def _baseline_after_build(first: WorkerJob, built: BuiltAhead, gpu: tuple[Any, A
     except BadJob as exc:
         print(f"kevin-worker: {exc}", file=sys.stderr, flush=True)
         return WorkerExit.BAD_JOB
-    try:
-        reply = baseline_after_build(job, built, captured, device, stream)
-    except TaskProblem as exc:
-        reply = _task_failure(exc)
-    except Exception:
-        traceback.print_exc(file=sys.stderr)
-        return WorkerExit.INTERNAL
-    write_reply(job, reply)
-    return WorkerExit.OK
+    return _answer(job, lambda: baseline_after_build(job, built, captured, device, stream))

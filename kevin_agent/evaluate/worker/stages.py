@@ -68,10 +68,8 @@ def _scratch(job: WorkerJob) -> Path:
 
 def evaluate_job(job: WorkerJob, cache_dir: Path, captured: CapturedReferences, device: Any,
                  stream: Any) -> WorkerReply:
-    """The job's reply (a compile-ahead job: ``build_ahead``). Raises TaskProblem when the
-    reference itself fails."""
-    if job.compile_ahead:
-        return build_ahead(job, captured, device, stream)[0]
+    """A candidate's or a baseline job's reply (a compile-ahead job goes to ``build_ahead``).
+    Raises TaskProblem when the reference itself fails."""
     scratch = _scratch(job)
     try:
         ctx = _context(job, captured, device, stream, scratch)
