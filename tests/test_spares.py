@@ -4,6 +4,7 @@ of them start ahead, within a ceiling; the sizing itself with fixed numbers, the
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -33,6 +34,20 @@ def test_spares_are_the_start_over_the_job_rounded_up():
     fast.started(1.0)
     fast.ran(1.0)
     assert fast.wanted() == 3  # never below the floor
+
+
+def test_an_expected_job_sizes_the_spares_from_the_first_start():
+    """With a job of 1 s expected, a 4.7 s start asks for 5 spares before any job ran; the first
+    jobs seen (2 s each) then size them (3); an expected job under 0.25 s counts as 0.25 s."""
+    sizer = SpareSizer(3, 8, expected_job_s=1.0)
+    assert sizer.wanted() == 3  # no start yet
+    sizer.started(4.7)
+    assert sizer.wanted() == 5
+    sizer.ran(2.0)
+    assert sizer.wanted() == 3
+    tiny = SpareSizer(1, 8, expected_job_s=0.01)
+    tiny.started(1.0)
+    assert tiny.wanted() == 4
 
 
 def test_one_slow_start_or_instant_jobs_do_not_run_away():
@@ -81,3 +96,30 @@ def test_a_pool_whose_workers_start_slowly_starts_more_ahead(tmp_path):
     assert _spares_after_jobs(tmp_path / "grows", max_spares=4) == 4
     assert _spares_after_jobs(tmp_path / "fixed", max_spares=None) == 1
 
+
+
+def _lane_spares_after_a_build_ahead(tmp_path: Path, told: bool) -> tuple[int, float, list[int]]:
+    """(the lane pool's spares, the ahead worker's start, the ahead pool's spares) after one job in
+    a pool of its own whose worker takes 2 s to start; ``told``: that pool reports its starts to
+    the lane's (``on_start``), as a compile-ahead pool does."""
+    lane = WorkerPool([sys.executable, str(STANDIN)], scratch_root=tmp_path / "lane", run_timeout_s=60.0,
+                      start_timeout_s=60.0, spares=1, max_spares=8)
+    ahead = WorkerPool([sys.executable, str(STANDIN), "slowstart"], scratch_root=tmp_path / "ahead",
+                       run_timeout_s=60.0, start_timeout_s=60.0, spare=False, judge=False,
+                       extra_env={"START_DELAY": "2.0"}, on_start=lane.count_start if told else None)
+    with lane, ahead:
+        result = ahead.run(WorkerJob("task", "normal", Path("unset"), cache_dir=Path("/nonexistent")),
+                           start_next=False)
+        assert result.verdict.ok, result.verdict.message
+        assert result.startup_s is not None and result.startup_s >= 2.0
+        return len(lane.spare_pids), result.startup_s, ahead.spare_pids
+
+
+def test_a_start_in_another_pool_tops_the_lane_up_before_any_job(tmp_path):
+    """A compile-ahead worker's 2 s start sizes the lane's spares at once (a job of 1 s expected:
+    ceil(start / 1 s), at least 3), before any candidate ran; the ahead pool itself keeps none.
+    The control, a pool that tells nobody, leaves the lane with no spare started."""
+    spares, start, own = _lane_spares_after_a_build_ahead(tmp_path / "told", told=True)
+    assert spares == min(8, math.ceil(start / 1.0)) and spares >= 3
+    assert own == []
+    assert _lane_spares_after_a_build_ahead(tmp_path / "control", told=False)[0] == 0

@@ -42,7 +42,7 @@ from kevin_agent.evaluate.processes import (
 from kevin_agent.evaluate.protocol import READY_LINE, Baseline, CompiledAhead, WorkerJob, WorkerReply
 from kevin_agent.evaluate.sandbox.limits import limit_message
 from kevin_agent.evaluate.sandbox.relay import EXIT_LIMIT
-from kevin_agent.evaluate.spares import SpareSizer
+from kevin_agent.evaluate.spares import EXPECTED_JOB_S, SpareSizer
 
 DEFAULT_WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "kevin_agent.evaluate.worker")
 DEFAULT_JUDGE_COMMAND: tuple[str, ...] = (sys.executable, "-m", "kevin_agent.evaluate.judge")
@@ -105,7 +105,9 @@ class WorkerPool:
     starts none (jobs that judge no candidate). ``base_env`` is the environment to scrub (default:
     ``os.environ`` at spawn time).
     ``max_spares`` (default ``spares``): how far the spares may grow where workers start slower
-    than jobs end (``spares.SpareSizer``).
+    than jobs end (``spares.SpareSizer``), sized from each start as soon as READY is seen.
+    ``on_start`` hears each of this pool's worker starts in seconds (a compile-ahead pool tells
+    the lane's pool: ``count_start``).
     Thread-safe for one caller at a time; ``close()`` may be called from any thread.
     """
 
@@ -126,6 +128,7 @@ class WorkerPool:
         judge_timeout_s: float = 180.0,
         judge: bool = True,
         max_spares: Optional[int] = None,
+        on_start: Optional[Callable[[float], None]] = None,
     ) -> None:
         self.command = tuple(command) if command else DEFAULT_WORKER_COMMAND
         self.judge_command = tuple(judge_command) if judge_command else (None if command else DEFAULT_JUDGE_COMMAND)
@@ -135,7 +138,8 @@ class WorkerPool:
         self.run_timeout_s = run_timeout_s
         self.start_timeout_s = start_timeout_s
         self.spares = max(0, spares) if spare else 0
-        self.sizer = SpareSizer(self.spares, max_spares if max_spares is not None else self.spares)
+        self.sizer = SpareSizer(self.spares, max_spares if max_spares is not None else self.spares, EXPECTED_JOB_S)
+        self.on_start = on_start
         self.base_env = base_env
         self.extra_env = dict(extra_env or {})
         self.keep_scratch = keep_scratch
@@ -237,7 +241,25 @@ class WorkerPool:
                     worker.ready_wall = worker.stdout_path.stat().st_mtime
                 except OSError:
                     worker.ready_wall = time.time()
+                self._started(worker)
         return worker.ready
+
+    def _started(self, worker: _Worker) -> None:
+        """A worker's start seen (once, at READY): it sizes the spares, and ``on_start`` hears it."""
+        seconds = worker.startup_s
+        if seconds is None:
+            return
+        self.sizer.started(seconds)
+        if self.on_start is not None:
+            self.on_start(seconds)
+
+    def count_start(self, seconds: float) -> None:
+        """A worker of another pool on this GPU (a compile-ahead job's) took ``seconds`` to start:
+        it sizes these spares as one of ours would, and they are topped up at once, so that they
+        start while the first builds compile rather than once the first candidates run."""
+        self.sizer.started(seconds)
+        if self.spares:
+            self.start_spare()
 
     def _wait_ready(self, worker: _Worker, cancel: Optional[threading.Event]) -> bool:
         deadline = worker.started + self.start_timeout_s
@@ -338,9 +360,7 @@ class WorkerPool:
                 self._discard(worker)
 
     def _size_spares(self, job: WorkerJob, result: WorkerResult) -> None:
-        """Feed the sizer: every worker's start, and a candidate's job (not a baseline or build ahead)."""
-        if result.startup_s is not None:
-            self.sizer.started(result.startup_s)
+        """Feed the sizer a candidate's job (not a baseline or build ahead; starts: ``_started``)."""
         if not (job.measure_baseline or job.compile_ahead) and result.seconds > 0:
             self.sizer.ran(result.seconds)
 

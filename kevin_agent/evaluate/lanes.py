@@ -116,7 +116,8 @@ class LocalLane(GpuLane):
         baseline job (``run`` hands it over under the lease), so nothing is compiled under it."""
         base = self.pool
         pool = WorkerPool(base.command, run_timeout_s=base.run_timeout_s, spare=False, extra_env=base.extra_env,
-                          confine=base.confine, scratch_root=base.scratch_root, judge=False)
+                          confine=base.confine, scratch_root=base.scratch_root, judge=False,
+                          on_start=base.count_start)  # its start sizes the candidates' spares
         with self._ahead_lock:
             if self._closed:
                 return None
