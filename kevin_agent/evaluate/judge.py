@@ -55,19 +55,11 @@ def main() -> int:
 
 
 def warm_up(device: Any) -> None:
-    """One comparison of each kind on small tensors while this judge is a spare, so the kernels a
-    job needs (random inputs, both gates, the constant check) are loaded before it starts."""
-    import torch
+    """One check of each kind on small tensors while this judge is a spare, so the kernels a job
+    needs (random inputs, both gates, the constant check) are loaded before it starts."""
+    from kevin_agent.evaluate.worker.warm import warm_checks
 
-    from kevin_agent.evaluate.worker.correctness import compare_output, constant_problem, judge_fp64
-
-    expected = torch.randn(8, 8, device=device)
-    got = expected + 1e-3
-    compare_output(0, expected, got)
-    judge_fp64(expected, got, expected.double())
-    constant_problem(0, expected, torch.zeros_like(expected))
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    warm_checks(device)
 
 
 def judge(line: str, device: Any) -> JudgeReport:

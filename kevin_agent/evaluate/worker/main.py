@@ -25,6 +25,7 @@ from kevin_agent.evaluate.worker.cache_dirs import point_caches
 from kevin_agent.evaluate.worker.guards import OWN_MODULES, capture_references, with_module_state
 from kevin_agent.evaluate.worker.provenance import warm_profiler
 from kevin_agent.evaluate.worker.stages import TaskProblem, baseline_after_build, build_ahead, evaluate_job
+from kevin_agent.evaluate.worker.warm import warm_checks
 
 # A worker that built torch.compile ahead waits this long for its task's baseline job (the parent
 # hands it over once it holds the GPU's lease, which another process may hold for minutes), then exits.
@@ -117,6 +118,7 @@ def main() -> int:
     _warm_imports()
     captured = capture_references(own_modules=own)  # before any candidate code runs
     warm_profiler(captured, device)  # CUPTI's one-time setup off the candidate's clock (provenance)
+    warm_checks(device)  # the correctness checks' kernels loaded while a spare, not in the lease
     captured = with_module_state(captured, own)  # the warm-up's outcome is part of the judge's state
     print(READY_LINE, flush=True)
     line = sys.stdin.readline().strip()
