@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU suite (tests/gpu) and the GPU benches in two parts, one device call each (<= 9 min):
 #
-#   bash scripts/gpu_session.sh 1       # tests: provenance, guards; eval_bench, eval_cli
+#   bash scripts/gpu_session.sh 1       # tests: provenance, guards; eval_bench, eval_cli; the worker
+#                                       # profile in the time left
 #   bash scripts/gpu_session.sh 2       # tests: worker, lease, warm evaluator, loop, sandbox, accept, attacks;
 #                                       # dropin bench
 #   bash scripts/gpu_session.sh 3       # no tests: the speed benches (issue 20), record_verdicts, a kevin
@@ -46,6 +47,8 @@
 #                                 each bench's figures (its own JSON, embedded)
 #   DATE-GPU-gpu-session-N.log    this script's log with every phase's output (pytest's too)
 #   DATE-GPU-gpu-verdicts-N.jsonl every GPU-test verdict and build time (KEVIN_GPU_LOG)
+#   first_calls.jsonl, worker-profile.txt
+#                                 part 1, in its time left: bench/worker_profile's probe and report
 #   verdicts.json                 part 3: the new examples/verdicts.json (record_verdicts.py)
 # Copy the .json/.jsonl/.log files into bench/results/ and verdicts.json over examples/verdicts.json,
 # then regenerate the page: python bench/make_results.py. Details: docs/gpu.md.
@@ -134,6 +137,16 @@ elif [ "$PART" = 1 ]; then
   # issue 20's kevin eval walls (warm evaluator) in the same run as the batch figure
   phase eval_cli 120 "$OUT/eval_cli.json" -- python3 bench/eval_cli_bench.py --out "$OUT/eval_cli.json"
   rm -f "$OUT/eval_cli.json"
+  # where a GPU job's second goes, in the time left (bench/worker_profile): a fresh process's first
+  # and second calls of the correctness steps, then eval_bench again on its now warm build cache
+  # with every worker's job under cProfile (not a figure: the profiler slows the workers)
+  phase first_calls 30 -- python3 bench/worker_profile/first_calls.py --out "$OUT/first_calls.jsonl"
+  rm -rf /tmp/kevin-worker-profile
+  phase worker_profile 90 -- env KEVIN_WORKER_PROFILE=/tmp/kevin-worker-profile \
+    PYTHONPATH="$PWD/bench/worker_profile:$PYTHONPATH" python3 bench/eval_bench.py --evaluation-only --baseline 0 \
+    --work "$WORK" --out /tmp/kevin-worker-profile.json
+  [ -f /tmp/kevin-worker-profile/parent.jsonl ] && python3 bench/worker_profile/report.py /tmp/kevin-worker-profile \
+    > "$OUT/worker-profile.txt" 2>&1
 else
   phase dropin 90 "$OUT/dropin.json" -- python3 bench/dropin_bench.py --kernels add --out "$OUT/dropin.json"
   rm -f "$OUT/dropin.json"
