@@ -32,6 +32,7 @@ from kevin_agent.evaluate.sandbox._sys import SyscallError, errno_text, libc, pr
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
+CLONE_NEWIPC = 0x08000000  # System V IPC objects and POSIX message queues of its own: none of the host's
 PR_SET_PDEATHSIG = 1
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
     0x1, 0x2, 0x4, 0x8, 0x20, 0x1000, 0x4000, 0x40000)
@@ -69,11 +70,13 @@ def _write(path: str, text: str) -> None:
 
 
 def unshare_namespaces() -> str:
-    """Enter a new user, PID and mount namespace (the PID one takes effect for the next child),
-    mapping this process's uid and gid to themselves. "" on success, else the reason."""
+    """Enter a new user, PID, mount and IPC namespace (the PID one takes effect for the next
+    child), mapping this process's uid and gid to themselves. The IPC namespace keeps the
+    candidate away from the host's shared-memory segments, semaphores and message queues, and
+    whatever it makes there goes with it. "" on success, else the reason."""
     uid, gid = os.getuid(), os.getgid()
-    if libc().unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS) != 0:
-        return f"unshare(user, pid, mount) failed: {errno_text(ctypes.get_errno())}"
+    if libc().unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC) != 0:
+        return f"unshare(user, pid, mount, ipc) failed: {errno_text(ctypes.get_errno())}"
     try:
         _write("/proc/self/setgroups", "deny")
         _write("/proc/self/uid_map", f"{uid} {uid} 1")

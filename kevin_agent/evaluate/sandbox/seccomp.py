@@ -12,6 +12,11 @@ otherwise slip past the numbers below) and kills the process on a mismatch. Then
   (mode, owner, times, extended attributes: Landlock does not cover them), and file watches
   (inotify, fanotify: Landlock does not check them, so a watch on the home would name the files
   opened and written there);
+- in the candidate-facing layers (wherever file metadata is refused): System V shared memory,
+  message queues and semaphores, and POSIX message queues (``shm*``, ``msg*``, ``sem*``,
+  ``mq_*``). Each child already has an IPC namespace of its own; the filter keeps it empty too,
+  so nothing is left for the namespace's end to clean up (CUDA's IPC between processes uses
+  the driver's own handles and file descriptors, none of these);
 - with ``network=False``: socket and socketpair (every family, AF_UNIX included);
 - with ``processes=False``: execve, execveat, fork, vfork and clone without CLONE_THREAD (threads
   keep working; no process can be started, so none outlives the worker's process group).
@@ -82,6 +87,9 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197, "lremovexattr": 198,
         "fremovexattr": 199, "setxattrat": 463, "removexattrat": 466, "inotify_init": 253,
         "inotify_init1": 294, "inotify_add_watch": 254, "fanotify_init": 300, "fanotify_mark": 301,
+        "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semctl": 66,
+        "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "mq_open": 240,
+        "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245,
     },
     "aarch64": {
         "socket": 198, "socketpair": 199, "execve": 221, "execveat": 281, "clone": 220, "clone3": 435,
@@ -100,6 +108,9 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "utimensat": 88, "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14,
         "lremovexattr": 15, "fremovexattr": 16, "setxattrat": 463, "removexattrat": 466,
         "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262, "fanotify_mark": 263,
+        "mq_open": 180, "mq_unlink": 181, "mq_timedsend": 182, "mq_timedreceive": 183, "mq_notify": 184,
+        "mq_getsetattr": 185, "msgget": 186, "msgctl": 187, "msgrcv": 188, "msgsnd": 189, "semget": 190,
+        "semctl": 191, "semtimedop": 192, "semop": 193, "shmget": 194, "shmctl": 195, "shmat": 196, "shmdt": 197,
     },
 }
 
@@ -123,6 +134,13 @@ METADATA_DENIED = (
 # Watches: Landlock does not check inotify or fanotify marks, so a watch on a hidden folder (the
 # home) would report the names of files opened and written there. Refused with the metadata calls.
 WATCH_DENIED = ("inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark")
+# System V and POSIX IPC: a segment or queue of another program of the same user could be read or
+# written, and one made here would outlive the child. Refused with the metadata calls.
+IPC_DENIED = (
+    "shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop",
+    "semtimedop", "semctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
+    "mq_getsetattr",
+)
 NETWORK_DENIED = ("socket", "socketpair")
 PROCESS_DENIED = ("execve", "execveat", "fork", "vfork")
 
@@ -148,8 +166,9 @@ def build_filter(*, network: bool, processes: bool, arch: str | None = None,
     """The BPF program (packed ``struct sock_filter`` array) and the names it denies.
 
     ``socket_families``: without ``network``, socket() of these address families stays allowed
-    (socketpair never is). ``metadata``: the chmod, chown, utimes and xattr calls and file watches
-    (inotify, fanotify) stay allowed (the GPU worker's start-up layer, before any candidate code)."""
+    (socketpair never is). ``metadata``: the chmod, chown, utimes and xattr calls, file watches
+    (inotify, fanotify) and System V / POSIX IPC stay allowed (the GPU worker's start-up layer,
+    before any candidate code)."""
     arch = arch or machine()
     if arch not in SYSCALLS:
         raise UnsupportedArch(f"no system call table for {arch} (x86_64 and aarch64 are supported)")
@@ -165,7 +184,7 @@ def build_filter(*, network: bool, processes: bool, arch: str | None = None,
         prog += [_ins(_JGE_K, X32_SYSCALL_BIT, jt=0, jf=1), _ins(_RET_K, RET_KILL_PROCESS)]
     families = tuple(socket_families) if not network else ()
     network_denied = [n for n in NETWORK_DENIED if not (families and n == "socket")]
-    names = (list(ALWAYS_DENIED) + ([] if metadata else [*METADATA_DENIED, *WATCH_DENIED])
+    names = (list(ALWAYS_DENIED) + ([] if metadata else [*METADATA_DENIED, *WATCH_DENIED, *IPC_DENIED])
              + ([] if network else network_denied)
              + ([] if processes else list(PROCESS_DENIED)))
     denied = tuple(n for n in names if n in table)
