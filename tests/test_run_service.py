@@ -6,6 +6,7 @@ Real parts throughout: the scripted backend, the replay evaluator, a SQLite stor
 from __future__ import annotations
 
 import os
+import queue
 import subprocess
 import sys
 import threading
@@ -201,46 +202,75 @@ def test_a_baseline_check_that_breaks_is_a_note_not_a_stuck_run(project, tmp_pat
                for note in outcome.record.notes)
 
 
-class DeafReplay(ReplayEvaluator):
-    """The replay evaluator that ignores cancel until released (like a long final measurement)."""
+# `kevin optimize` in a child process whose evaluator, once called, says so and then ignores
+# cancel (like a long final measurement): only the second Ctrl-C can end the command.
+DEAF_KEVIN = """
+import sys, time
+from kevin_agent.evaluate.replay import ReplayEvaluator
 
-    release = threading.Event()
-    entered = threading.Event()  # the run is evaluating: the CLI waits for it now
+def deaf(self, task, codes, **kwargs):
+    print("kevin-test: evaluating", file=sys.stderr, flush=True)
+    time.sleep(600)  # a guard only: the test's second SIGINT ends the process
 
-    def evaluate(self, task, codes, **kwargs):
-        DeafReplay.entered.set()
-        DeafReplay.release.wait(600)  # a guard only: the test releases it
-        return super().evaluate(task, codes, **kwargs)
+ReplayEvaluator.evaluate = deaf
+from kevin_agent.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
 
 
-def test_a_second_ctrl_c_marks_the_run_cancelled_and_says_how_to_resume(project, tmp_path, capsys):
-    import _thread
+def _lines(stream) -> queue.Queue[str]:
+    """The stream's lines, read on a thread (a blocking read never stalls the test's signals)."""
+    lines: queue.Queue[str] = queue.Queue()
 
-    from kevin_agent.commands.optimize_cmd import _play_in_thread
+    def pump() -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put("")  # end of stream
 
-    def make_evaluator(spec, settings):
-        return DeafReplay(spec.removeprefix("replay:"))
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
 
-    def press_ctrl_c_twice():  # each press once the CLI is ready for it, however slow the machine
-        DeafReplay.entered.wait(600)
-        _thread.interrupt_main()
-        cancel.wait(600)  # the first press was handled: the second one quits
-        _thread.interrupt_main()
 
-    DeafReplay.release.clear()
-    DeafReplay.entered.clear()
-    cancel = threading.Event()
-    with RunService(environ={}, make_evaluator=make_evaluator) as service:
-        prepared = service.open(request(project, tmp_path))
-        threading.Thread(target=press_ctrl_c_twice, daemon=True).start()
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                _play_in_thread(prepared, cancel)
-            assert cancel.is_set()
-            assert service.store_for(project).load_run(prepared.run_id).status == "cancelled"
-        finally:
-            DeafReplay.release.set()
-    assert f"kevin optimize --resume {prepared.run_id}" in capsys.readouterr().err
+def _read_until(lines: queue.Queue[str], wanted: str, seen: list[str]) -> None:
+    while True:
+        line = lines.get(timeout=600)  # a guard only: each line comes as soon as the child gets there
+        seen.append(line)
+        assert line, f"the command ended before saying {wanted!r}:\n{''.join(seen)}"
+        if wanted in line:
+            return
+
+
+def test_a_second_ctrl_c_marks_the_run_cancelled_and_says_how_to_resume(project, tmp_path):
+    """Real SIGINTs to a real `kevin optimize` process: the first (once the run is evaluating)
+    cancels, the second (once the first was handled) quits with 130, marks the run cancelled and
+    says how to resume it."""
+    import re
+    import signal
+
+    script = write_script(tmp_path / "script.json", PLAN)
+    replay = write_replay(tmp_path / "replay.json", 0.0)
+    command = [sys.executable, "-c", DEAF_KEVIN, "optimize", str(project / "add.py"), "-m", "1", "-n", "1",
+               "--backend", "scripted", "--script", str(script), "--evaluator", f"replay:{replay}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
+    child = subprocess.Popen(command, cwd=project, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    seen: list[str] = []
+    try:
+        lines = _lines(child.stderr)
+        _read_until(lines, "kevin-test: evaluating", seen)
+        child.send_signal(signal.SIGINT)
+        _read_until(lines, "cancelling; finished work is kept", seen)
+        child.send_signal(signal.SIGINT)
+        _read_until(lines, "kevin optimize: stopped; continue with", seen)
+        assert child.wait(timeout=600) == 130, "".join(seen)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    found = re.search(r"kevin optimize --resume (\S+)`", "".join(seen))
+    assert found, "".join(seen)
+    with RunService(environ={}) as service:
+        assert service.store_for(project).load_run(found.group(1)).status == "cancelled"
 
 
 def test_a_relative_replay_file_is_stored_absolute_and_resumes_from_elsewhere(project, tmp_path, monkeypatch):
@@ -301,3 +331,31 @@ def test_resume_reads_the_run_under_its_lock(project, tmp_path, monkeypatch):
     finally:
         other_player.release()
         other_store.close()
+
+
+@pytest.mark.parametrize("failure", ["done", "evaluator", "backend"])
+def test_a_resume_that_fails_to_open_leaves_the_run_unlocked(project, tmp_path, failure):
+    """Opening a resume takes the run's lock first; every way the opening can fail after that
+    (the run is finished, the evaluator or the backend cannot be made) must give the lock back,
+    or the run stays "already being played" for as long as this process (an editor's server, the
+    TUI) lives. The failure is kept alive meanwhile, as a face holding the error would."""
+    from kevin_agent.runs.locks import RunLock
+
+    def make_evaluator(spec, settings):
+        if failure == "evaluator":
+            raise EnvironmentProblem("no GPU here")
+        return ReplayEvaluator(spec.removeprefix("replay:"))
+
+    with RunService(environ={}) as service:
+        cancel = threading.Event()
+        cancel.set()
+        run_id = service.open(request(project, tmp_path)).play(cancel).record.run_id
+        if failure == "done":
+            service.store_for(project).set_status(run_id, "done")
+    given = {"base_url": "ftp://nowhere"} if failure == "backend" else {}
+    with RunService(environ={}, make_evaluator=make_evaluator) as service:
+        with pytest.raises((UserInputError, EnvironmentProblem)) as caught:
+            service.open(RunRequest(resume=run_id, config_dir=project, backend_flags=given))
+        other = RunLock.take(service.store_for(project), run_id)  # refused if the lock was kept
+        other.release()
+    assert caught.value is not None
