@@ -153,7 +153,6 @@ def conclude(record: RunRecord) -> Conclusion:
     gpu = record.gpu_name
     replayed = any(v is not None and is_replayed(v.details) for _, v in record.candidates)
     note = " (replayed verdicts: not a measurement here)" if replayed else ""
-    where = f" on {gpu}" if gpu and gpu != REPLAY_GPU_NAME else ""
     best = record.best()
     if best is None:
         extra = _untrusted_note(record)
@@ -164,12 +163,27 @@ def conclude(record: RunRecord) -> Conclusion:
         return Conclusion(None, None, None, False, "eager",
                           f"No correct kernel was found; keep the PyTorch module.{extra}{note}")
     candidate, verdict = best
-    if is_replayed(verdict.details):  # say where the numbers were measured, once
-        where, note = f", {measured_label(verdict.details)}", ""
     better = better_choice(verdict.details)
-    text = _conclusion_text(candidate.id, verdict.details, better, where)
+    text = verdict_conclusion(candidate.id, verdict.details, gpu)
+    note = "" if is_replayed(verdict.details) else note  # the conclusion says where, once
     return Conclusion(candidate.id, verdict.details.timing.speedup_vs_eager, verdict.details.timing.speedup_vs_compile,
                       better == "kernel", better, text + note)
+
+
+def measured_where(details: VerdictDetails, run_gpu: Optional[str] = None) -> str:
+    """Where a verdict's numbers were measured, as a conclusion says it: " on NVIDIA H200", or
+    ", measured on NVIDIA H200 in run X, replayed here" for a replayed verdict; "" when unknown."""
+    if is_replayed(details):
+        return f", {measured_label(details)}"
+    gpu = run_gpu or details.environment.gpu_name
+    return f" on {gpu}" if gpu and gpu != REPLAY_GPU_NAME else ""
+
+
+def verdict_conclusion(candidate_id: str, details: VerdictDetails, run_gpu: Optional[str] = None,
+                       kernel: str = "best kernel") -> str:
+    """What one timed verdict concludes, as every face says it (the run's conclusion, accept's note):
+    a win, a tie, or which of eager and torch.compile to keep instead; ``kernel`` names it."""
+    return _conclusion_text(candidate_id, details, better_choice(details), measured_where(details, run_gpu), kernel)
 
 
 def _untrusted_note(record: RunRecord) -> str:
@@ -186,27 +200,27 @@ def _unfinished(status: str) -> str:
     return {"cancelled": "was cancelled", "failed": "failed"}.get(status, "stopped")
 
 
-def _conclusion_text(best_id: str, d: VerdictDetails, better: str, where: str) -> str:
+def _conclusion_text(best_id: str, d: VerdictDetails, better: str, where: str, kernel: str = "best kernel") -> str:
     s_eager, s_compile = d.timing.speedup_vs_eager, d.timing.speedup_vs_compile
     numbers = f"{_fmt(s_eager)} vs eager, {_fmt(s_compile)} vs torch.compile{where}"
     if s_compile is None:
         if better == "kernel":
-            return (f"Best kernel {best_id}: {_fmt(s_eager)} vs eager{where} (torch.compile was not timed, "
+            return (f"{kernel.capitalize()} {best_id}: {_fmt(s_eager)} vs eager{where} (torch.compile was not timed, "
                     "so this is a win over eager only).")
         if better == "tie":
-            return (f"The best kernel ({best_id}, {_fmt(s_eager)} vs eager) ties with eager PyTorch; "
+            return (f"The {kernel} ({best_id}, {_fmt(s_eager)} vs eager) ties with eager PyTorch; "
                     "keep the PyTorch module.")
-        return (f"The best kernel ({best_id}, {_fmt(s_eager)} vs eager) is not faster than eager PyTorch; "
+        return (f"The {kernel} ({best_id}, {_fmt(s_eager)} vs eager) is not faster than eager PyTorch; "
                 "keep the PyTorch module.")
     if better == "kernel":
-        return f"Best kernel {best_id}: {numbers}: a win over both, beyond the timing noise."
+        return f"{kernel.capitalize()} {best_id}: {numbers}: a win over both, beyond the timing noise."
     if better == "tie":
-        return (f"The best kernel ({best_id}, {numbers}) is a tie with {tie_with(d)}: the difference is within "
+        return (f"The {kernel} ({best_id}, {numbers}) is a tie with {tie_with(d)}: the difference is within "
                 "the timing noise, so it is not a win.")
     if better == "torch.compile":
-        return f"torch.compile is the better choice for this module: the best kernel ({best_id}) runs {numbers}."
-    return (f"Eager PyTorch is the better choice for this module (torch.compile does not help either): the best "
-            f"kernel ({best_id}) runs {numbers}.")
+        return f"torch.compile is the better choice for this module: the {kernel} ({best_id}) runs {numbers}."
+    return (f"Eager PyTorch is the better choice for this module (torch.compile does not help either): the {kernel} "
+            f"({best_id}) runs {numbers}.")
 
 
 def run_summary_dict(record: RunRecord) -> dict[str, Any]:

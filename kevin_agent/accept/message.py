@@ -79,7 +79,8 @@ def _timing_line(verdict: Verdict) -> Optional[str]:
 
 def _verdict_note(verdict: Verdict) -> Optional[str]:
     d = verdict.details
-    where = "where it was measured" if is_replayed(d) else "on this GPU"
+    where = "where it was measured" if is_replayed(d) else (
+        f"on {d.environment.gpu_name}" if d.environment.gpu_name else "on the GPU it was measured on")
     if better_choice(d) == "tie":
         return (f"Note: this kernel ties with {tie_with(d)} {where}: the difference is within the "
                 "timing noise (95% intervals of the medians overlap, or under 2%).")

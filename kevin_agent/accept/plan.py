@@ -17,6 +17,7 @@ from kevin_agent.accept.render_test import ToleranceSettings, render_test_file
 from kevin_agent.accept.signature import find_class
 from kevin_agent.data import Candidate, Verdict
 from kevin_agent.errors import UserInputError
+from kevin_agent.run_table import better_choice, verdict_conclusion
 from kevin_agent.safe_text import terminal_safe
 from kevin_agent.store import find_repo_root
 from kevin_agent.verdict_text import gpu_short, is_replayed, measured_label, untrusted_label
@@ -181,9 +182,8 @@ def plan_accept(record: RunRecord, candidate_id: Optional[str] = None, repo_root
     if is_replayed(d):
         plan.notes.append(f"verdict {measured_label(d)}: the kernel was not checked or timed on "
                           "this machine; run the generated test on a GPU before relying on it")
-    if d.timing.speedup_vs_compile is not None and d.timing.speedup_vs_compile <= 1.0:
-        plan.notes.append(f"torch.compile is faster for {class_name} on this GPU "
-                          f"({d.timing.speedup_vs_compile:.2f}x vs torch.compile): consider torch.compile instead")
+    if better_choice(d) != "kernel":  # the conclusion every face draws from this verdict, and where it was measured
+        plan.notes.append(verdict_conclusion(candidate.id, d, record.gpu_name, kernel="kernel"))
     return plan
 
 
