@@ -22,8 +22,8 @@ BENCH_FOLDER = "bench"
 
 @dataclass
 class PlannedTask:
-    """One task of the benchmark: its file, level, the run that plays it, and (re-judging
-    recorded replies) the scripted backend's file of replies."""
+    """One task of the benchmark: its file, level, the run that plays it, (re-judging recorded
+    replies) the scripted backend's file of replies, and why it was skipped when it was."""
 
     name: str
     level: int
@@ -31,6 +31,7 @@ class PlannedTask:
     run_id: Optional[str] = None
     script: Optional[str] = None
     trajectories: Optional[int] = None  # re-judging: one per recorded reply of this task
+    skipped: Optional[str] = None  # why its task file could not be loaded (not counted; retried on resume)
 
 
 @dataclass

@@ -51,6 +51,24 @@ def provenance_note(results: Sequence[TaskResult]) -> Optional[str]:
     return f"replayed verdicts: {where} elsewhere, not measured on this machine"
 
 
+def measured_text(replayed: bool, gpus: Sequence[str]) -> str:
+    """Where a result's numbers come from, in a few words: "measured on NVIDIA H100", or for
+    recorded verdicts served again "replayed (recorded on NVIDIA H200)"."""
+    from kevin_agent.data import REPLAY_GPU_NAME
+
+    named = ", ".join(sorted({gpu for gpu in gpus if gpu and gpu != REPLAY_GPU_NAME}))
+    if replayed:
+        return f"replayed (recorded on {named})" if named else "replayed (recorded with no GPU named)"
+    return f"measured on {named}" if named else "no GPU named"
+
+
+def result_measured(result: dict[str, Any]) -> str:
+    """``measured_text`` of a result, also of one written before results carried it."""
+    if result.get("measured"):
+        return str(result["measured"])
+    return measured_text(bool(result.get("replayed")), str(result.get("gpu") or "").split(", "))
+
+
 def table(result: dict[str, Any]) -> Any:
     """A rich table of the per-level and overall rows."""
     from rich.table import Table
@@ -58,6 +76,9 @@ def table(result: dict[str, Any]) -> Any:
     title = f"kevin bench {result['bench_id']} ({result['policy']} policy, {result['gpu'] or 'no GPU named'})"
     if result.get("replayed"):
         title += f"\n{result['replayed']}"
+    if result.get("skipped"):
+        names = ", ".join(task["name"] for task in result["skipped"])
+        title += f"\n{len(result['skipped'])} skipped, not counted: {names}"
     grid = Table(title=title, title_justify="left")
     grid.add_column("level")
     for _, name, _ in COLUMNS:
@@ -68,9 +89,11 @@ def table(result: dict[str, Any]) -> Any:
 
 
 def result_dict(bench_id: str, settings: dict[str, Any], results: Sequence[TaskResult],
-                rows: Sequence[Summary], replies: str | None = None) -> dict[str, Any]:
-    """The JSON written by ``--json`` / ``--out``: settings, rows and every task's figures;
-    ``replies``: the file of recorded replies re-judged (no model ran)."""
+                rows: Sequence[Summary], replies: str | None = None,
+                skipped: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """The JSON written by ``--json`` / ``--out``: settings, rows and every counted task's
+    figures; ``replies``: the file of recorded replies re-judged (no model ran); ``skipped``: the
+    tasks that could not be loaded (name, level, why), apart from the rows."""
     from dataclasses import asdict
 
     gpus = sorted({r.gpu_name for r in results if r.gpu_name})
@@ -79,7 +102,9 @@ def result_dict(bench_id: str, settings: dict[str, Any], results: Sequence[TaskR
         "bench_id": bench_id, "settings": settings, "replies": replies,
         "policy": ", ".join(policies) or (settings.get("eval_flags") or {}).get("policy") or "unknown",
         "gpu": ", ".join(gpus) or None, "replayed": provenance_note(results),
+        "measured": measured_text(any(r.replayed for r in results), gpus),
         "summaries": [row.to_dict() for row in rows], "tasks": [asdict(r) for r in results],
+        "skipped": [dict(task) for task in skipped],
     }
 
 
@@ -137,6 +162,9 @@ def html_report(result: dict[str, Any]) -> str:
     figures = "".join(f'<figure><img alt="{html.escape(c)}" src="data:image/png;base64,{b}">'
                       f"<figcaption>{html.escape(c)}</figcaption></figure>" for c, b in plots(result))
     note = f'<p class="replayed">{html.escape(result["replayed"])}</p>' if result.get("replayed") else ""
+    if result.get("skipped"):
+        tasks += "<h2>Skipped (not counted)</h2>" + _html_table(
+            ["task", "why"], [[t["name"], str(t["why"])] for t in result["skipped"]])
     title = html.escape(f"kevin bench {result['bench_id']}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>"
             "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
@@ -157,19 +185,28 @@ def settings_line(result: dict[str, Any]) -> str:
     return f"{result['policy']} policy; {played}; GPU {result['gpu'] or '-'}"
 
 
+def _side(label: str, result: dict[str, Any]) -> str:
+    note = f"; {result['note']}" if result.get("note") else ""
+    return f"{label}: {result['bench_id']}, {result_measured(result)}{note}"
+
+
 def comparison(a: dict[str, Any], b: dict[str, Any]) -> Any:
-    """Two results side by side: each metric of each level, A, B and B - A."""
+    """Two results side by side: each metric of each level either has, A, B and B - A; a title
+    line per side says where its numbers come from (replayed ones say so) and why one is empty."""
     from rich.table import Table
 
-    grid = Table(title=f"{a['bench_id']} (A) vs {b['bench_id']} (B)", title_justify="left")
+    grid = Table(title=f"{_side('A', a)}\n{_side('B', b)}", title_justify="left")
     for name in ("level", "metric", "A", "B", "B - A"):
         grid.add_column(name, justify="left" if name in ("level", "metric") else "right")
+    rows_a = {row["level"]: row for row in a["summaries"]}
     rows_b = {row["level"]: row for row in b["summaries"]}
-    for row_a in a["summaries"]:
-        row_b = rows_b.get(row_a["level"], {})
+    levels = sorted({*rows_a, *rows_b} - {None}) + [None]
+    for level in levels if rows_a or rows_b else []:
+        row_a, row_b = rows_a.get(level), rows_b.get(level)
         for key, name, fmt in COLUMNS:
-            va, vb = value(row_a, key), value(row_b, key) if row_b else None
+            va = value(row_a, key) if row_a else None
+            vb = value(row_b, key) if row_b else None
             delta = "-" if va is None or vb is None else fmt.replace(":", ":+").format(vb - va)
-            grid.add_row(level_name(row_a["level"]), name, cell(row_a, key, fmt),
+            grid.add_row(level_name(level), name, "-" if va is None else fmt.format(va),
                          "-" if vb is None else fmt.format(vb), delta)
     return grid
