@@ -390,7 +390,25 @@ def test_explain_denial_names_the_sandbox():
         PermissionError(errno.EACCES, "Permission denied", "/home/u/.ssh/id_rsa"), report) or "")
     assert "not permitted" in (explain_denial("PermissionError: [Errno 1] Operation not permitted", report) or "")
     assert explain_denial(ValueError("bad shape"), report) is None
-    assert explain_denial(PermissionError(errno.EACCES, "x"), None) is None or True  # no active layer here
+
+
+def test_explain_denial_stays_silent_without_an_active_sandbox(monkeypatch):
+    """Only a refusal a sandbox produced is blamed on it: with no layer applied in this process, or
+    a report whose layers are all off, the error is left as it is. With no report passed, the
+    process's own current layer decides."""
+    from kevin_agent.evaluate.sandbox import enforce
+    from kevin_agent.evaluate.sandbox.enforce import SandboxReport
+
+    denied = PermissionError(errno.EACCES, "Permission denied", "/home/u/.ssh/id_rsa")
+    monkeypatch.setattr(enforce, "_LAYERS", [])
+    assert explain_denial(denied) is None and explain_denial(denied, None) is None
+    assert explain_denial("PermissionError: [Errno 1] Operation not permitted") is None
+    off = SandboxReport("off", "off")
+    assert not off.active and explain_denial(denied, off) is None
+    monkeypatch.setattr(enforce, "_LAYERS", [off])
+    assert explain_denial(denied) is None
+    monkeypatch.setattr(enforce, "_LAYERS", [_active_report()])
+    assert "Blocked by the sandbox (landlock abi 7 + seccomp)" in (explain_denial(denied) or "")
 
 
 # -- the seccomp program, interpreted (x86_64 and aarch64) -------------------------------------
