@@ -184,3 +184,81 @@ def test_the_gpu_session_replies_file_names_real_tasks_and_answers():
     assert sorted(path.name for path in grouped) == [f"model_ex_{n}.py" for n in
                                                      ("add", "flash_attn", "fuse_gelu", "mnist2", "tiled_matmul")]
     assert all(len(texts) == 1 and "class ModelNew" in texts[0] for texts in grouped.values())
+
+
+def no_model(path: Path) -> None:
+    path.write_text("import torch\n\n\nclass NotModel(torch.nn.Module):\n    pass\n")
+
+
+def test_a_benchmark_whose_every_task_is_skipped_says_so_and_exits_2(repo):
+    for path in (repo / "kb").rglob("*.py"):
+        if path.name != "__init__.py":
+            no_model(path)
+    done = kevin(repo, *bench_args(repo))
+    assert done.returncode == 2, done.stderr
+    assert "no task ran: all 4 tasks were skipped" in done.stderr
+    assert done.stderr.count("1_Add.py has no class Model") == 1  # each skip told once
+    assert "correct" not in done.stdout and not list((repo / ".kevin" / "bench").glob("*/result.json"))
+
+
+def test_a_skipped_task_is_shown_apart_and_never_counted(repo):
+    no_model(repo / "kb" / "level1" / "2_Add_more.py")
+    done = kevin(repo, *bench_args(repo), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert overall(result)["tasks"] == 3 and overall(result)["correct"] == 1.0  # not 3 of 4
+    assert [t["name"] for t in result["skipped"]] == ["level1/2_Add_more"]
+    assert "has no class Model" in result["skipped"][0]["why"]
+    assert "level1/2_Add_more" not in [t["name"] for t in result["tasks"]]
+    assert done.stderr.count("2_Add_more.py has no class Model") == 1
+    assert "1 of 4 tasks skipped, not counted" in done.stderr
+    table = kevin(repo, *bench_args(repo), "--levels", "1")
+    assert "1 skipped, not counted: level1/2_Add_more" in table.stdout
+
+
+@pytest.mark.parametrize("content", [None, "{not json", '{"answers": []}'])
+def test_a_bad_script_is_bad_input_before_any_task_starts(repo, content):
+    script = repo.parent / "bad-script.json"
+    if content is not None:
+        script.write_text(content)
+    replay = write_replay(repo.parent / "replay.json")
+    done = kevin(repo, "bench", "kb", "--backend", "scripted", "--script", str(script),
+                 "--evaluator", f"replay:{replay}")
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "bad-script.json" in done.stderr
+    assert not (repo / ".kevin" / "bench").exists()  # no plan: nothing started
+
+
+def test_compare_reads_the_plan_of_a_benchmark_that_never_started(repo):
+    for path in (repo / "kb" / "level2").glob("*.py"):
+        no_model(path)
+    never = kevin(repo, *bench_args(repo), "--levels", "2")
+    assert never.returncode == 2, never.stderr
+    (plan,) = (repo / ".kevin" / "bench").glob("b*.json")
+    ran = kevin(repo, *bench_args(repo), "--levels", "1", "--json")
+    assert ran.returncode == 0, ran.stderr
+    ran_id = json.loads(ran.stdout)["bench_id"]
+    for spec in (plan.stem, str(plan)):
+        table = kevin(repo, "bench", "compare", spec, ran_id)
+        assert table.returncode == 0, table.stderr
+        assert f"A: {plan.stem}" in table.stdout and "never started: no task ran, nothing to compare" in table.stdout
+        assert "correct" in table.stdout and "100%" in table.stdout  # B's figures, against nothing
+
+
+def test_compare_labels_replayed_results_with_the_gpu_they_were_recorded_on(repo):
+    from loop_fixtures import VERDICTS
+
+    recorded = {f"# kevin-test: {m}": {**v, "details": {**v.get("details", {}),
+                                                        "environment": {"gpu_name": "NVIDIA H200"}}}
+                for m, v in VERDICTS.items()}
+    replay = repo.parent / "h200.json"
+    replay.write_text(json.dumps({"by_marker": recorded}))
+    script = write_script(repo.parent / "script.json", PLAN)
+    args = ["bench", "kb", "--levels", "2", "--backend", "scripted", "--script", str(script),
+            "--evaluator", f"replay:{replay}", "-m", "2", "-n", "2", "--json"]
+    first, second = (json.loads(kevin(repo, *args).stdout) for _ in range(2))
+    assert first["measured"] == "replayed (recorded on NVIDIA H200)"
+    table = kevin(repo, "bench", "compare", first["bench_id"], second["bench_id"])
+    assert table.returncode == 0, table.stderr
+    assert f"A: {first['bench_id']}, replayed (recorded on NVIDIA H200)" in table.stdout
+    assert f"B: {second['bench_id']}, replayed (recorded on NVIDIA H200)" in table.stdout

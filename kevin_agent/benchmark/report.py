@@ -191,17 +191,22 @@ def _side(label: str, result: dict[str, Any]) -> str:
 
 
 def comparison(a: dict[str, Any], b: dict[str, Any]) -> Any:
-    """Two results side by side: each metric of each level either has, A, B and B - A; a title
+    """Two results side by side: each metric of each level either has, A, B and B - A; above it a
     line per side says where its numbers come from (replayed ones say so) and why one is empty."""
+    from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
-    grid = Table(title=f"{_side('A', a)}\n{_side('B', b)}", title_justify="left")
+    sides = [Text(_side("A", a)), Text(_side("B", b))]
+    if not a["summaries"] and not b["summaries"]:
+        return Group(*sides, Text("nothing to compare: neither benchmark has results"))
+    grid = Table()
     for name in ("level", "metric", "A", "B", "B - A"):
         grid.add_column(name, justify="left" if name in ("level", "metric") else "right")
     rows_a = {row["level"]: row for row in a["summaries"]}
     rows_b = {row["level"]: row for row in b["summaries"]}
     levels = sorted({*rows_a, *rows_b} - {None}) + [None]
-    for level in levels if rows_a or rows_b else []:
+    for level in levels:
         row_a, row_b = rows_a.get(level), rows_b.get(level)
         for key, name, fmt in COLUMNS:
             va = value(row_a, key) if row_a else None
@@ -209,4 +214,4 @@ def comparison(a: dict[str, Any], b: dict[str, Any]) -> Any:
             delta = "-" if va is None or vb is None else fmt.replace(":", ":+").format(vb - va)
             grid.add_row(level_name(level), name, "-" if va is None else fmt.format(va),
                          "-" if vb is None else fmt.format(vb), delta)
-    return grid
+    return Group(*sides, grid)
