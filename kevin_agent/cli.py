@@ -31,16 +31,35 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lsp": ("lsp_cmd", "run the language server (stdio)"),
     "tui": ("tui_cmd", "open the terminal UI"),
     "doctor": ("doctor_cmd", "check this machine: torch, nvcc, GPUs, and the sandbox for model code"),
+    "cache": ("cache_cmd", "show the build cache's place and size by part; `kevin cache clear` empties it"),
 }
 
-EXIT_CODES = "exit codes: 0 done; 2 bad input (a file, class, flag or config key to fix); 3 environment " \
-             "(no GPU, no nvcc, a missing package)"
+# code -> what it means, for every command: `kevin --help` and README's table are made from this
+# (errors.KevinError 1, UserInputError 2, EnvironmentProblem 3; Ctrl-C 130, in ``main``)
+EXIT_CODE_TABLE: tuple[tuple[int, str], ...] = (
+    (0, "done"),
+    (1, "run failed (kept, resumable with --resume), or another command failed"),
+    (2, "bad input: a file, class, flag or config key to fix (one line names it)"),
+    (3, "environment: no GPU, no nvcc, a missing package"),
+    (130, "cancelled with Ctrl-C (a run is kept, resumable with --resume)"),
+)
+
+
+def exit_codes_line(table: tuple[tuple[int, str], ...] = EXIT_CODE_TABLE) -> str:
+    """The exit codes as one help line: "exit codes: 0 done; 1 failed (...); ..."."""
+    return "exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in table)
+
+
+def exit_codes_markdown(table: tuple[tuple[int, str], ...] = EXIT_CODE_TABLE) -> str:
+    """The exit codes as README's table."""
+    return "\n".join(["| exit code | meaning |", "|---|---|", *(f"| {code} | {meaning} |" for code, meaning in table)])
+
+
+EXIT_CODES = exit_codes_line()
 # subcommand -> its exit codes, where they differ from EXIT_CODES
 COMMAND_EXIT_CODES = {
-    "optimize": "exit codes: 0 done; 1 run failed (kept, resumable with --resume); 2 bad input (a file, class, "
-                "flag or config key to fix); 3 environment (no GPU, no nvcc); 130 cancelled (kept, resumable)",
     "eval": "exit codes: 0 evaluated (whatever the verdict); 2 bad input; 3 environment (no nvcc or torch), "
-            "or no GPU for the GPU stage (the static checks and compile still ran)",
+            "or no GPU for the GPU stage (the static checks and compile still ran); 130 cancelled with Ctrl-C",
 }
 SETTINGS_COMMANDS = ("optimize", "prompt", "tui", "lsp", "eval")  # read [tool.kevin] and KEVIN_* variables
 
@@ -107,7 +126,7 @@ def quiet_torch_warnings() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: returns the exit code (0 ok, 2 user-input error, 3 environment error)."""
+    """Entry point: returns the exit code (``EXIT_CODE_TABLE``)."""
     quiet_torch_warnings()
     parser = build_parser()
     args = parser.parse_args(argv)

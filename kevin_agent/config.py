@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any
 from kevin_agent.errors import UserInputError
 from kevin_agent.eval_modes import parse_policy, parse_sandbox_mode
 
-DEFAULT_BASE_URL = "http://localhost:8000/v1"  # what `vllm serve cognition-ai/Kevin-32B` listens on
+DEFAULT_BASE_URL = "http://localhost:8000/v1"  # where backends.serve.SERVE_COMMAND listens
 DEFAULT_MODEL = "cognition-ai/Kevin-32B"
 BACKEND_NAMES = ("openai", "vllm", "scripted")
 
@@ -130,12 +131,15 @@ def _require_table(value: Any, path: Path) -> dict[str, Any]:
 
 # keys of [tool.kevin] owned by other modules: accept.plan.CONFIG_KEY, accept.apply.HOOKS_CONFIG_KEY
 OTHER_KEYS = ("accept_dir", "run_hooks")
+CACHE_MAX_KEY = "cache_max_gb"  # the build cache's size cap (builds past it are evicted, least recently used)
+CACHE_MAX_VAR = "KEVIN_CACHE_MAX_GB"
+DEFAULT_CACHE_MAX_GB = 5.0
 
 
 def known_keys() -> tuple[str, ...]:
     """Every key [tool.kevin] / kevin.toml may hold: backend settings, evaluation settings, accept's."""
     backend = tuple(f.name for f in dataclasses.fields(BackendSettings))
-    return backend + tuple(key for _, key in EVAL_ENV_VARS) + OTHER_KEYS
+    return backend + tuple(key for _, key in EVAL_ENV_VARS) + OTHER_KEYS + (CACHE_MAX_KEY,)
 
 
 def unknown_key_message(key: str, path: Path) -> str:
@@ -266,3 +270,20 @@ def resolve_eval_settings(
                 except ValueError as err:
                     raise UserInputError(f"bad value for {key!r} in {where}: {raw!r} ({err})") from None
     return values
+
+
+def cache_max_bytes(config: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> int:
+    """The build cache's cap in bytes: KEVIN_CACHE_MAX_GB > ``cache_max_gb`` in [tool.kevin] >
+    DEFAULT_CACHE_MAX_GB; UserInputError naming a value that is not a number of GB above 0."""
+    env = os.environ if env is None else env
+    config = load_config() if config is None else config
+    value, where = config.get(CACHE_MAX_KEY, DEFAULT_CACHE_MAX_GB), "the config"
+    if env.get(CACHE_MAX_VAR):
+        value, where = env[CACHE_MAX_VAR], f"environment variable {CACHE_MAX_VAR}"
+    try:
+        gigabytes = float(value) if not isinstance(value, bool) else float("nan")
+    except (TypeError, ValueError):
+        gigabytes = float("nan")
+    if not (math.isfinite(gigabytes) and gigabytes > 0):
+        raise UserInputError(f"bad value for {CACHE_MAX_KEY!r} in {where}: {value!r} (expected a number of GB above 0)")
+    return int(gigabytes * 1e9)

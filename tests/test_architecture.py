@@ -177,8 +177,9 @@ def test_child_side_code_needs_only_torch_and_the_standard_library():
 @pytest.mark.parametrize("face", ["kevin_agent.lsp", "kevin_agent.tui", "kevin_agent.commands"])
 def test_faces_reach_runs_only_through_the_run_service(face):
     forbidden = ("kevin_agent.loop", "kevin_agent.backends", "kevin_agent.evaluate")
-    # `kevin eval` judges one candidate, `kevin doctor` checks the host: neither plays a run
-    allowed = {"kevin_agent.commands.eval_cmd", "kevin_agent.commands.doctor_cmd"}
+    # `kevin eval` judges one candidate, `kevin doctor` checks the host, `kevin cache` looks after the
+    # build cache: none plays a run
+    allowed = {"kevin_agent.commands.eval_cmd", "kevin_agent.commands.doctor_cmd", "kevin_agent.commands.cache_cmd"}
     wrong = sorted(f"{a} -> {b}" for a, targets in GRAPH.items() if a.startswith(face) and a not in allowed
                    for b in targets if b.startswith(forbidden))
     assert wrong == []

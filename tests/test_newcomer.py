@@ -26,7 +26,6 @@ from kevin_agent.verdict_records import BuildRecord, EnvironmentRecord, TimingRe
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-DEMO_DIR = "/tmp/kevin-demo"  # where README's commands put the demo; replaced by a temp folder
 
 
 def readme_demo() -> list[str]:
@@ -110,14 +109,19 @@ async def _tui_step(demo: Path) -> None:
 
 async def test_readme_demo_runs_as_written(tmp_path, monkeypatch):
     lines = readme_demo()
-    assert [line.split()[0] for line in lines] == ["mkdir", "cd", "kevin", "kevin", "kevin", "kevin", "git", "kevin"]
+    assert [line.split()[0] for line in lines] == [
+        'demo="$(mktemp', "cd", "kevin", "kevin", "kevin", "kevin", "git", "kevin"]
+    assert "/tmp/" not in "\n".join(lines)  # a folder of its own, never a fixed path another user may own
     tui = next(i for i, line in enumerate(lines) if line.startswith("kevin tui"))
-    demo = tmp_path / "kevin-demo"
-    lines = [line.replace(DEMO_DIR, str(demo)) for line in lines]
     env = _env(tmp_path)
+    env["TMPDIR"] = str(tmp_path / "tmp")  # where mktemp -d makes the demo's folder
+    (tmp_path / "tmp").mkdir()
 
     before = _bash(lines[:tui], ROOT, env)  # set up, kevin optimize, kevin show latest
     assert before.returncode == 0, before.stderr
+    made = [p for p in (tmp_path / "tmp").iterdir() if (p / ".git").is_dir()]
+    assert len(made) == 1, made
+    demo = made[0]
     gpu, run = recorded()["gpu_name"], recorded()["run_id"]
     # the conclusion the recorded H200 verdicts support: t1.1 is 3.4x eager but within torch.compile's noise
     assert f"measured on {gpu} in run {run}, replayed here) is a tie with torch.compile" in before.stdout

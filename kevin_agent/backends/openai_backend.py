@@ -1,4 +1,4 @@
-"""Any OpenAI-compatible chat endpoint (``vllm serve cognition-ai/Kevin-32B`` by default).
+"""Any OpenAI-compatible chat endpoint (``backends.serve.SERVE_COMMAND`` by default).
 
 Bounded concurrency, retries with exponential backoff and jitter on 429 / 5xx / connection errors,
 request timeouts, streamed token counts, vLLM's separate reasoning field. A request that fails for
@@ -69,7 +69,9 @@ def what_to_check(err: BaseException) -> str:
     if isinstance(err, openai.APITimeoutError):
         return "check the server's load, or raise timeout_s in kevin.toml"
     if isinstance(err, openai.APIConnectionError):
-        return ("check that the server runs there (e.g. `vllm serve cognition-ai/Kevin-32B`) and the URL "
+        from kevin_agent.backends.serve import SERVE_COMMAND
+
+        return (f"check that the server runs there (e.g. `{SERVE_COMMAND}`) and the URL "
                 "(--base-url, KEVIN_BASE_URL)")
     return "check the server's log"
 

@@ -83,6 +83,7 @@ def probe_model_server(base_url: str, model: str, api_key: str | None, timeout_s
 
 
 def _model_server(found: Findings, base_url_flag: str | None) -> None:
+    from kevin_agent.backends.serve import gpu_sharers, is_local_endpoint, serve_command, sharing_warning
     from kevin_agent.config import load_config, resolve_backend_settings
 
     settings = resolve_backend_settings({"base_url": base_url_flag}, os.environ, load_config(None))
@@ -93,10 +94,13 @@ def _model_server(found: Findings, base_url_flag: str | None) -> None:
     problem = probe_model_server(url, settings.model, settings.api_key)
     if problem is None:
         found.lines.append(f"model server: {url} answers and serves {settings.model}")
-        return
-    found.lines.append(f"model server: {problem}; start one (`vllm serve {settings.model}`) or point "
-                       "--base-url / KEVIN_BASE_URL at it")
-    found.missing.append(f"a model server at {url}")
+    else:
+        found.lines.append(f"model server: {problem}; start one (`{serve_command(settings.model)}`) or point "
+                           "--base-url / KEVIN_BASE_URL at it")
+        found.missing.append(f"a model server at {url}")
+    if is_local_endpoint(url):  # a server on this machine may sit on the GPU that times the kernels
+        sharers = gpu_sharers(os.environ.get("CUDA_VISIBLE_DEVICES"), frozenset({os.getpid()}))
+        found.lines += [sharing_warning(sharer) for sharer in sharers]
 
 
 def verdict_lines(found: Findings) -> list[str]:

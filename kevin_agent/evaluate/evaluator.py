@@ -32,6 +32,8 @@ from kevin_agent.evaluate.api import EvalSettings, Evaluator, QueueCallback, Ver
 from kevin_agent.evaluate.baselines import BaselineBook, Drift, baseline_key, drift
 from kevin_agent.evaluate.build.cache import BuildCache, default_cache_root, entry_dir
 from kevin_agent.evaluate.build.compile import CompileOutcome, compile_candidate
+from kevin_agent.evaluate.build.usage import touch
+from kevin_agent.evaluate.cache_upkeep import keep_under_cap, with_header_notices
 from kevin_agent.evaluate.isolation import WorkerResult
 from kevin_agent.evaluate.lanes import DeviceInfo, GpuLane, LocalLane, local_devices, run_limit
 from kevin_agent.evaluate.protocol import Baseline, WorkerJob
@@ -87,6 +89,7 @@ class CudaEvaluator(Evaluator):
         self._ahead: dict[str, Future[Optional[WorkerResult]]] = {}  # task source -> its compile-ahead job
         self._aheads: Optional[ThreadPoolExecutor] = None
         self.gpu_name: Optional[str] = None
+        self._notices: Optional[WaitCallback] = None  # the latest batch's on_wait: the cache's notices go there
         self.last_worker_results: deque[WorkerResult] = deque(maxlen=4096)  # the latest jobs (bench)
         self.last_baseline_results: deque[WorkerResult] = deque(maxlen=256)  # the latest baseline jobs (bench)
         self.last_ahead_results: deque[WorkerResult] = deque(maxlen=256)  # the latest compile-ahead jobs (bench)
@@ -141,12 +144,33 @@ class CudaEvaluator(Evaluator):
             self._protect = tuple(protected_paths())
             self._compiles = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="kevin-compile")
             if self._local_compiles:  # compiles elsewhere need no local header
-                self._compiles.submit(self._cache.warm)  # the shared torch header, while candidates arrive
+                self._compiles.submit(self._upkeep, self._cache)  # the shared torch header, while candidates arrive
             self._book = BaselineBook(self.cache_dir / "baselines", fresh=self.settings.fresh_baselines)
             if not self.settings.compile_only:
                 self._aheads = ThreadPoolExecutor(max_workers=AHEAD_AT_ONCE, thread_name_prefix="kevin-compile-ahead")
                 self._start_lanes()
             return self._cache
+
+    def _upkeep(self, cache: BuildCache) -> None:
+        """The shared header (said out loud when it is being built now), then the cache's size cap."""
+        from kevin_agent.config import cache_max_bytes
+        from kevin_agent.errors import KevinError
+
+        with_header_notices(cache.warm, self._notice)
+        try:
+            cap: Optional[int] = cache_max_bytes()
+        except KevinError as err:
+            self._notice(f"build cache: {err}; nothing evicted")
+            cap = None
+        keep_under_cap(cache.root, cap, self._notice)
+
+    def _notice(self, text: str) -> None:
+        """A line about the evaluator's own work, where the caller shows waits (else stderr)."""
+        say = self._notices
+        if say is not None:
+            say(text)
+        else:
+            print(f"kevin: {text}", file=sys.stderr, flush=True)
 
     def _start_lanes(self) -> None:
         if not self._lanes:
@@ -207,6 +231,7 @@ class CudaEvaluator(Evaluator):
                 batch.reached[index] = Stage.STATIC
                 survivors.append(index)
         if survivors and not batch.cancel.is_set():
+            self._notices = on_wait or self._notices
             self._ensure_started()
             if not self.settings.compile_only:  # a lane measures the task's baseline while the builds run
                 self._queue_baseline(batch)
@@ -228,6 +253,8 @@ class CudaEvaluator(Evaluator):
             batch.fail(err)
             return
         details = build_details(outcome)
+        if self._cache is not None:  # used now: last in line for eviction
+            touch(entry_dir(self._cache.root, r.key) for r in outcome.results if r.key)
         details.environment.gpu_name = self.gpu_name
         if not outcome.ok or self.settings.compile_only:
             batch.count(compiling=-1)
