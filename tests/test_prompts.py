@@ -8,17 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from golden_prompts import GOLDEN, GOLDEN_TEXTS, TASK, TASK_SOURCE, check_golden, history
 
-from kevin_agent import feedback
-from kevin_agent.data import Candidate, Stage, Task, Verdict, VerdictDetails
-from kevin_agent.evaluate.provenance import (
-    POLICY_PROMPTS,
-    STRICT,
-    KernelActivity,
-    OwnKernels,
-    judge,
-    profile_feedback,
-)
+from kevin_agent.evaluate.provenance import POLICY_PROMPTS
 from kevin_agent.parsing import find_code_blocks
 from kevin_agent.prompt_example import EXAMPLE_MODEL, EXAMPLE_MODEL_NEW
 from kevin_agent.prompts import (
@@ -31,96 +23,33 @@ from kevin_agent.prompts import (
     turn0_prompt,
 )
 from kevin_agent.tokens import estimate_tokens
-from kevin_agent.verdict_records import TimingRecord
 
-GOLDEN = Path(__file__).parent / "golden"
 REPO = Path(__file__).resolve().parents[1]
 
-TASK_SOURCE = '''\
-import torch
-import torch.nn as nn
 
-BATCH = 16
-FEATURES = 4096
+@pytest.mark.parametrize("name", GOLDEN_TEXTS)
+def test_golden_prompts(name: str) -> None:
+    check_golden(name, GOLDEN_TEXTS[name]())
 
 
-class Model(nn.Module):
-    def __init__(self, scale: float) -> None:
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x) * self.scale
-
-
-def get_inputs():
-    return [torch.randn(BATCH, FEATURES)]
+def test_a_test_run_never_rewrites_a_golden_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A changed prompt fails the comparison even where the old update variable is set; the file
+    stays as it was (only scripts/update_golden.py writes golden files)."""
+    kept = "the reviewed prompt\n"
+    (tmp_path / "turn0_prompt.txt").write_text(kept, encoding="utf-8")
+    monkeypatch.setenv("KEVIN_UPDATE_GOLDEN", "1")
+    with pytest.raises(AssertionError, match="turn0_prompt.txt changed"):
+        check_golden("turn0_prompt.txt", "a changed prompt\n", tmp_path)
+    assert (tmp_path / "turn0_prompt.txt").read_text(encoding="utf-8") == kept
 
 
-def get_init_inputs():
-    return [2.0]
-'''
-TASK = Task(source=TASK_SOURCE, class_name="ScaledRelu")
-
-
-def _code(tag: str) -> str:
-    return f"import torch\n\n\nclass ModelNew(torch.nn.Module):\n    pass  # {tag}\n"
-
-
-def history() -> list[tuple[Candidate, Verdict]]:
-    """Three earlier turns: a format error, a compile error, a correct but slow kernel."""
-    return [
-        (
-            Candidate(0, 0, reasoning="SECRET-REASONING-0", code=None, finish_reason="length",
-                      parse_error="your reply was cut off"),
-            Verdict(Stage.FORMAT, False, feedback.format_error("your reply was cut off at the limit")),
-        ),
-        (
-            Candidate(0, 1, reasoning="SECRET-REASONING-1", code=_code("turn 1"),
-                      summary="Fused relu and scale into one kernel."),
-            Verdict(Stage.COMPILE, False,
-                    feedback.compile_error("main.cu(12): error: identifier \"blockDimx\" is undefined")),
-        ),
-        (
-            Candidate(0, 2, reasoning="SECRET-REASONING-2", code=_code("turn 2"),
-                      summary="Fixed the typo; vectorised with float4."),
-            Verdict(Stage.TIMING, True, feedback.correct(0.87) + "\n" + profile_feedback(_profile(), 0.41),
-                    VerdictDetails(timing=TimingRecord(speedup_vs_eager=0.87))),
-        ),
-    ]
-
-
-def _profile():
-    """The accepted provenance of attempt 3: its fused kernel and a zeroed output (hand-made)."""
-    own = "void relu_scale_kernel<float>(float const*, float*, float, long)"
-    fill = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
-            "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)")
-    trace = [KernelActivity(own, calls=1, ms=0.0312), KernelActivity(fill, calls=1, ms=0.0105,
-                                                                       context=("aten::zeros", "aten::fill_"))]
-    return judge(trace, OwnKernels([own]), 2, STRICT)
-
-
-def _check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("KEVIN_UPDATE_GOLDEN"):
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    assert text == path.read_text(encoding="utf-8"), f"{name} changed; KEVIN_UPDATE_GOLDEN=1 rewrites it"
-
-
-def test_turn0_golden() -> None:
-    prompt = turn0_prompt(TASK, "NVIDIA H200")
-    _check_golden("turn0_prompt.txt", prompt)
-
-
-def test_refinement_golden() -> None:
-    messages = build_messages(TASK, history(), "NVIDIA H200", 100_000, estimate_tokens)
-    assert len(messages) == 1 and messages[0].role == "user"
-    _check_golden("refinement_prompt.txt", messages[0].content)
-
-
-def test_turn0_golden_partial() -> None:
-    _check_golden("turn0_prompt_partial.txt", turn0_prompt(TASK, "NVIDIA H200", "partial"))
+def test_the_update_script_writes_what_the_tests_compare(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "update_golden.py"), "--into", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    for name in GOLDEN_TEXTS:
+        assert (tmp_path / name).read_bytes() == (GOLDEN / name).read_bytes()
+    assert not list(tmp_path.glob("*.tmp"))
 
 
 def test_the_prompt_states_what_the_policy_allows() -> None:
