@@ -232,3 +232,8 @@ def test_help_and_readme_list_the_same_exit_codes_the_code_returns(capsys, monke
 def test_readme_keeps_no_test_count_and_says_what_the_install_needs():
     assert not re.search(r"about [\d,]+ tests|[\d,]+ tests, of which", README)
     assert "5.6 GB" in README and "driver >= 580" in README and "CUDA 13.0" in README
+
+
+def test_the_examples_demo_also_runs_in_a_folder_of_its_own():
+    demo = (ROOT / "examples" / "README.md").read_text().split("## The demo", 1)[1]
+    assert 'demo="$(mktemp -d)"' in demo and "/tmp/" not in demo
