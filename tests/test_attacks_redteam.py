@@ -519,14 +519,42 @@ def test_the_parents_work_on_a_hostile_source_is_linear(case: str) -> None:
     assert done.returncode == 0 and done.stdout.strip() == "done", (done.returncode, done.stderr[-800:])
 
 
-@pytest.mark.timeout(900)
-@pytest.mark.parametrize("pattern, text", [
-    (r"\b(?:torch|at)::((?:\w+::)*)(\w+)\s*(?:<[^<>;()]*>\s*)?\(", "at::" * 225_000),
-    (r"([A-Za-z_]\w*)\s*(?:<[^<>()]*>)?\s*\(", "a" * 1_000_000 + "\n"),
-    (r"\S*/site-packages/torch/include/", "a" * 4_000_000 + "\n"),
-])
-def test_the_control_the_old_patterns_do_not_finish(pattern: str, text: str) -> None:
-    """The regular expressions before the fix, on the same inputs, run out of the 90 s of CPU."""
-    done = _cpu_bounded(f"import re\nre.search({pattern!r}, {text[:8]!r} * {len(text) // 8} + {text[-1]!r})\n"
-                        "print('done')\n")
-    assert done.returncode != 0 and "done" not in done.stdout
+# The control measures the old pattern on growing prefixes of the same input, in CPU seconds inside
+# one child: from the first size that takes >= GROWTH_FLOOR_S, doubling the input must at least
+# triple the time (quadratic: x4, linear: x2), and that time scaled quadratically to the full input
+# must exceed ten times the 90 s the linear work above is allowed. Ratios of CPU time on one machine
+# do not depend on its speed; the child stops itself after CONTROL_CPU_S of CPU whatever happens.
+GROWTH_FLOOR_S = 0.1
+CONTROL_CPU_S = 20
+_GROWTH = ("import json, re, resource, time\n"
+           "resource.setrlimit(resource.RLIMIT_CPU, ({cpu}, {cpu}))\n"
+           "rx, piece, end, full = re.compile({pattern!r}), {piece!r}, {end!r}, {full}\n"
+           "def cpu(n):\n"
+           "    text = piece * (n // len(piece)) + end\n"
+           "    started = time.process_time(); rx.search(text); return time.process_time() - started\n"
+           "n = 64\n"
+           "while (small := cpu(n)) < {floor} and n * 4 <= full:\n"
+           "    n *= 2\n"
+           "big = cpu(2 * n)\n"
+           "print(json.dumps({{'n': n, 'small': small, 'big': big, 'full_s': big * (full / (2 * n)) ** 2}}))\n")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("pattern, piece, end, full", [  # the inputs: piece * (full // len(piece)) + end
+    (r"\b(?:torch|at)::((?:\w+::)*)(\w+)\s*(?:<[^<>;()]*>\s*)?\(", "at::", "", 900_000),
+    (r"([A-Za-z_]\w*)\s*(?:<[^<>()]*>)?\s*\(", "a", "\n", 1_000_000),
+    (r"\S*/site-packages/torch/include/", "a", "\n", 4_000_000),
+], ids=["aten-call", "identifier-call", "site-packages"])
+def test_the_control_the_old_patterns_do_not_finish(pattern: str, piece: str, end: str, full: int) -> None:
+    """The regular expressions before the fix are quadratic on these inputs: doubling a prefix
+    triples its CPU time or more, and the full input would take over 900 s of CPU (the linear work
+    above gets 90 s), measured in a few seconds of CPU instead of running out the 90 s."""
+    import json
+
+    script = _GROWTH.format(cpu=CONTROL_CPU_S, pattern=pattern, piece=piece, end=end, full=full, floor=GROWTH_FLOOR_S)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-800:]
+    grown = json.loads(done.stdout)
+    assert grown["small"] >= GROWTH_FLOOR_S, grown  # measurable before the prefix reached a quarter of the input
+    assert grown["big"] >= 3 * grown["small"], grown  # quadratic, not linear
+    assert grown["full_s"] > 900, grown
