@@ -96,8 +96,8 @@ class ReplayEvaluator(Evaluator):
         self.ordered = [_parse_verdict(v, f"verdicts[{i}]") for i, v in enumerate(raw.get("verdicts", []))]
         self.by_marker = {m: _parse_verdict(v, f"by_marker[{m!r}]") for m, v in raw.get("by_marker", {}).items()}
         self.bound = _bindings(self.path, raw)  # marker -> binding; every marker of a recording
-        recorded = raw.get("recorded") if isinstance(raw.get("recorded"), dict) else {}
-        self.recorded_class = str(recorded.get("class_name") or "")
+        recorded = raw.get("recorded")
+        self.recorded_class = str(recorded.get("class_name") or "") if isinstance(recorded, dict) else ""
         self.default = _parse_verdict(raw["default"], "default") if raw.get("default") else None
         self.delay_s = float(delay_s if delay_s is not None else raw.get("delay_s", 0.0))
         self._next = 0
