@@ -1,4 +1,6 @@
-"""Find the nn.Module classes under a folder, by reading files (no user code runs)."""
+"""Find the modules to optimize under a folder, by reading files (no user code runs): the nn.Module
+classes of files that are tasks (``kevin_agent.task.modules``' rule: no tests, fixtures,
+environments or answer files)."""
 
 from __future__ import annotations
 
@@ -12,9 +14,8 @@ from typing import Optional
 from kevin_agent.accept.find import drop_in_origin
 from kevin_agent.errors import KevinError
 from kevin_agent.task import ModuleClass, find_module_classes
+from kevin_agent.task.modules import is_task_file, is_task_folder, offered_classes
 
-SKIPPED_DIRS = frozenset({".venv", "venv", ".git", "node_modules", ".kevin", "site-packages",
-                          "__pycache__", ".mypy_cache", ".pytest_cache", ".tox", "build", "dist"})
 MAX_FILE_BYTES = 1_000_000
 
 
@@ -41,15 +42,16 @@ class ModuleEntry:
 
 
 def python_files(root: Path) -> Iterator[Path]:
-    """The .py files under ``root`` (or ``root`` itself), skipping environments and caches."""
+    """The task files under ``root`` (skipping tests, fixtures, environments and caches below it),
+    or ``root`` itself when it is a file: a file named on purpose is always read."""
     if root.is_file():
         if root.suffix == ".py":
             yield root
         return
     for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.endswith(".egg-info"))
+        dirs[:] = sorted(d for d in dirs if is_task_folder(Path(folder) / d))
         for name in sorted(files):
-            if name.endswith(".py"):
+            if is_task_file(name):
                 yield Path(folder) / name
 
 
@@ -73,7 +75,8 @@ def _accepted(repo_root: Optional[Path], path: Path, class_name: str) -> tuple[O
 
 
 def scan_modules(root: Path, repo_root: Optional[Path] = None) -> list[ModuleEntry]:
-    """Every nn.Module class under ``root``, sorted by path and line; unreadable or broken files are skipped."""
+    """The modules to optimize under ``root`` (and accepted drop-ins, marked), sorted by path and
+    line; unreadable or broken files are skipped."""
     root = root.resolve()
     base = root if root.is_dir() else root.parent
     entries: list[ModuleEntry] = []
@@ -86,10 +89,13 @@ def scan_modules(root: Path, repo_root: Optional[Path] = None) -> list[ModuleEnt
         except KevinError:
             continue  # a syntax error: not ours to report here
         label = path.relative_to(base).as_posix()
+        offered = set(offered_classes(module.name for module in classes))
         for module in classes:
             origin = drop_in_origin(path, module.name)
             if origin is not None:  # written by accept: the kernel of another module, not a new one
                 entries.append(ModuleEntry(path, label, module, drop_in_of=origin))
+                continue
+            if module.name not in offered:
                 continue
             speedup, run_id = _accepted(repo_root, path, module.name)
             entries.append(ModuleEntry(path, label, module, speedup, run_id))

@@ -10,6 +10,8 @@ Rules (documented in docs/tasks.md):
   (or class) method on the class or a base class of the file; module-level functions, only when the
   class is the file's single candidate; for ``get_init_inputs`` only, ``[]`` when ``__init__`` needs
   no arguments.
+- A folder browsed for modules offers tasks only (``is_task_folder``, ``is_task_file``,
+  ``offered_classes``): not tests, fixtures, environments or answer files (a ``ModelNew`` class).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import builtins
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 
 from kevin_agent.task.names import dotted_name, import_aliases, mutated_roots
 from kevin_agent.task.parse import ParsedFile, TopStatement
@@ -293,3 +296,36 @@ class FileModules:
             " (module-level get_inputs() count only in a file with one top-level module; "
             f"this one has {', '.join(candidates)})"
         )
+
+
+# --- which files and classes are tasks to offer (a folder browsed for modules to optimize) ---------
+
+ANSWER_CLASS = "ModelNew"  # a Kevin / KernelBench answer: a kernel written for a task, not a task
+NOT_TASK_FOLDERS = frozenset({
+    "tests", "test", "testing", "fixtures", "__fixtures__",  # test code and its fixtures
+    ".kevin", ".git", ".hg", "node_modules", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache",
+    ".tox", ".nox", ".venv", "venv", ".env", "env", "site-packages", "build", "dist",  # environments, builds
+})
+
+
+def is_task_folder(folder: Path) -> bool:
+    """False for a folder whose files are never tasks: tests and fixtures, kevin's own ``.kevin``,
+    virtual environments (by name, or any folder holding a ``pyvenv.cfg``), caches and builds."""
+    name = folder.name
+    if name in NOT_TASK_FOLDERS or name.endswith(".egg-info"):
+        return False
+    return not (folder / "pyvenv.cfg").is_file()
+
+
+def is_task_file(name: str) -> bool:
+    """False for a Python file pytest collects or configures with (``test_*.py``, ``*_test.py``,
+    ``conftest.py``): its modules are test doubles, not code to optimize."""
+    return name.endswith(".py") and not (name.startswith("test_") or name.endswith("_test.py")
+                                         or name == "conftest.py")
+
+
+def offered_classes(names: Iterable[str]) -> list[str]:
+    """The module classes of one file to offer as tasks: none when the file defines ``ModelNew``
+    (an answer file: its other classes are the reference it was written against or helpers)."""
+    names = list(names)
+    return [] if ANSWER_CLASS in names else names

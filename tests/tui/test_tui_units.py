@@ -90,3 +90,31 @@ def test_scan_marks_accepted_drop_ins_as_the_kernel_of_their_original(tmp_path):
     (tmp_path / "other.py").write_text(NO_INPUTS.replace("Doubler", "MyCUDA"))
     found = {e.module.name: e.drop_in_of for e in scan_modules(tmp_path)}
     assert found == {"Block": None, "BlockCUDA": "block.py::Block", "MyCUDA": None}
+
+
+ANSWER = NO_INPUTS.replace("class Doubler", "class ModelNew")
+
+
+def test_the_browser_offers_tasks_only(tmp_path):
+    """Not test fixtures, test files, kevin's own folder, a virtual environment under any name, nor
+    an answer file (one defining ModelNew, with the reference class it was written against)."""
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "block.py").write_text(NO_INPUTS.replace("Doubler", "Block"))
+    (tmp_path / "models" / "block_answer.py").write_text(ANSWER + NO_INPUTS.replace("Doubler", "Model"))
+    for folder in ("tests/fixtures/kernels", "test", "fixtures", ".kevin/runs", "myenv/lib/python3.11"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "m.py").write_text(NO_INPUTS.replace("Doubler", "NotATask"))
+    (tmp_path / "myenv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    for name in ("test_block.py", "block_test.py", "conftest.py"):
+        (tmp_path / "models" / name).write_text(NO_INPUTS.replace("Doubler", "TestDouble"))
+    (tmp_path / "models" / "testing_helpers.py").write_text(NO_INPUTS.replace("Doubler", "Helper"))
+    found = [(e.label, e.module.name) for e in scan_modules(tmp_path)]
+    assert found == [("models/block.py", "Block"), ("models/testing_helpers.py", "Helper")]
+
+
+def test_a_folder_browsed_on_purpose_is_read_even_when_named_like_tests(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "model.py").write_text(NO_INPUTS)
+    (tmp_path / "tests" / "answer.py").write_text(ANSWER)
+    assert [e.module.name for e in scan_modules(tmp_path / "tests")] == ["Doubler"]
+    assert scan_modules(tmp_path / "tests" / "answer.py") == []
