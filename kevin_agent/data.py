@@ -13,7 +13,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from kevin_agent.safe_text import terminal_safe
+from kevin_agent.safe_text import MAX_MESSAGE, candidate_text
 from kevin_agent.verdict_records import (
     BEYOND_SPEED_OF_LIGHT,
     ESCAPED_STREAM,
@@ -219,14 +219,14 @@ class Verdict:
 
     def __post_init__(self) -> None:
         """The candidate's words (compiler errors, what it printed, its exceptions) reach terminals:
-        their control characters are spelled out (``safe_text``)."""
+        their control characters are spelled out and their length capped (``safe_text``)."""
         if isinstance(self.message, str):
-            self.message = terminal_safe(self.message)
+            self.message = candidate_text(self.message, MAX_MESSAGE)
         details = self.details
         if isinstance(details.error, str):
-            details.error = terminal_safe(details.error)
+            details.error = candidate_text(details.error)
         if isinstance(details.build.compiler_errors, str):
-            details.build.compiler_errors = terminal_safe(details.build.compiler_errors)
+            details.build.compiler_errors = candidate_text(details.build.compiler_errors)
 
     @property
     def passed(self) -> bool:

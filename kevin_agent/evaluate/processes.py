@@ -12,7 +12,7 @@ import shutil
 import signal
 import stat
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Optional
 
@@ -164,3 +164,113 @@ def crash_verdict(reason: str, stderr_tail: str) -> Verdict:
     """A LOAD-stage failure for a worker that died, hung or exited early."""
     text = reason + (f"\nLast lines of stderr:\n{stderr_tail}" if stderr_tail else "")
     return Verdict(Stage.LOAD, False, feedback.runtime_error(text), VerdictDetails(error=text))
+
+
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def remove_tree(path: Path | str) -> bool:
+    """Remove a folder a child shaped (a recorder's scratch, a worker's job folder), whatever it
+    holds: never recursing on its depth (a 3000-deep chain of folders), never following a link,
+    making folders writable where they are not, never raising. True when it is gone."""
+    try:
+        _remove_tree(os.fspath(path))
+    except (OSError, ValueError):
+        pass
+    return not os.path.lexists(path)
+
+
+def _remove_tree(path: str) -> None:
+    try:
+        fd = os.open(path, _FOLDER_FLAGS)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno in (errno.ENOTDIR, errno.ELOOP):  # a file or a link in its place: the link goes
+            os.unlink(path)
+            return
+        _make_writable(path, None)
+        fd = os.open(path, _FOLDER_FLAGS)
+    _empty(fd)
+    os.rmdir(path)
+
+
+def _empty(fd: int) -> None:
+    """Empty the folder open as ``fd`` (closed on return), depth first, holding two descriptors at
+    most: it climbs back through ``..``, checked against the folder it came from."""
+    levels: list[tuple[str, list[str], tuple[int, int]]] = []
+    pending = _clear_files(fd)
+    try:
+        while True:
+            if pending:
+                name = pending.pop()
+                child = _open_folder(name, fd)
+                if child is not None:
+                    info = os.fstat(fd)
+                    levels.append((name, pending, (info.st_dev, info.st_ino)))
+                    os.close(fd)
+                    fd, pending = child, _clear_files(child)
+                continue
+            if not levels:
+                return
+            name, pending, where = levels.pop()
+            parent = os.open("..", _FOLDER_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            info = os.fstat(fd)
+            if (info.st_dev, info.st_ino) != where:
+                raise OSError(errno.ESTALE, "a folder moved while it was removed")
+            _quietly(os.rmdir, name, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _clear_files(fd: int) -> list[str]:
+    """Unlink everything in the folder ``fd`` but its folders (links are unlinked, never
+    followed); the names of those folders."""
+    info = os.fstat(fd)
+    if stat.S_IMODE(info.st_mode) & 0o700 != 0o700:
+        _quietly(os.fchmod, fd, 0o700)
+    folders = []
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                folders.append(entry.name)
+            else:
+                _quietly(os.unlink, entry.name, dir_fd=fd)
+    return folders
+
+
+def _open_folder(name: str, parent: int) -> int | None:
+    """The sub-folder ``name`` of ``parent`` opened without following a link (made readable and
+    writable first when it is not), or None when that cannot be done."""
+    try:
+        return os.open(name, _FOLDER_FLAGS, dir_fd=parent)
+    except PermissionError:
+        _make_writable(name, parent)
+    except OSError:
+        return None
+    try:
+        return os.open(name, _FOLDER_FLAGS, dir_fd=parent)
+    except OSError:
+        return None
+
+
+def _make_writable(name: str, parent: int | None) -> None:
+    """chmod 0700 the folder ``name`` through an O_PATH descriptor (no link is followed)."""
+    try:
+        handle = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent)
+    except OSError:
+        return
+    try:
+        _quietly(os.chmod, f"/proc/self/fd/{handle}", 0o700)
+    finally:
+        os.close(handle)
+
+
+def _quietly(call: Callable[..., object], *args: object, **kwargs: object) -> None:
+    """``call(*args, **kwargs)``, its OSError ignored (what stays is told by ``remove_tree``)."""
+    try:
+        call(*args, **kwargs)
+    except OSError:
+        pass
