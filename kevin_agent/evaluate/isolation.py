@@ -282,8 +282,10 @@ class WorkerPool:
                         pipe.close()
                     except OSError:
                         pass
-        if not self.keep_scratch:
-            shutil.rmtree(worker.scratch, ignore_errors=True)
+        if not self.keep_scratch:  # the candidate shaped it: no recursion on its depth, never raises
+            from kevin_agent.evaluate.processes import remove_tree
+
+            remove_tree(worker.scratch)
 
     def _start_failure(self, worker: _Worker) -> EnvironmentProblem:
         code = worker.proc.poll()
