@@ -115,6 +115,7 @@ class CorrectnessRecord:
     reference_rms_error_vs_fp64: float | None = None
     fp64_accepted: bool | None = None  # True: passed only by the float64 rule (outside atol/rtol of eager)
     judged_calls: int | None = None  # calls the judge outside the candidate's process confirmed (issue 19)
+    input_sets: list[str] | None = None  # what each trial ran on: plain get_inputs(), or a variant (or why skipped)
 
     FLAT_NAMES: ClassVar[dict[str, str]] = {}
 

@@ -37,6 +37,16 @@ def test_every_check_runs_on_a_passing_and_two_failing_outputs(monkeypatch):
     assert seen["plain_outputs"][0][1] is None and len(seen["to_float64"]) == 3
 
 
+def test_the_input_variants_run_too(monkeypatch):
+    from kevin_agent.evaluate.worker import exercise
+
+    varied: list[Any] = []
+    real = exercise.exercise
+    monkeypatch.setattr(exercise, "exercise", lambda *args: varied.append(real(*args)))
+    warm_checks(torch.device("cpu"))
+    assert len(varied) == 1 and varied[0] is not None  # the 8 x 8 tensor was mixed, moved and scaled
+
+
 def test_the_judge_warms_with_the_same_checks(monkeypatch):
     from kevin_agent.evaluate import judge
 

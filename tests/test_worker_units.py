@@ -196,7 +196,7 @@ def test_stale_output_fails_on_a_later_trial():
     result = run_correctness(harness(RemembersFirstOutput())[0], trials=5, base_seed=0)
     assert not result.ok and result.trials_passed == 1
     assert "512 of 512 elements differ" in result.message
-    assert result.message.endswith("(trial 2 of 5, first candidate run)")
+    assert "(trial 2 of 5, first candidate run); that trial's inputs: get_inputs() mixed" in result.message
 
 
 class OnlyFirstCallRight(torch.nn.Module):

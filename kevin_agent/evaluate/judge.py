@@ -76,7 +76,7 @@ def judge(line: str, device: Any) -> JudgeReport:
         task, reference = _load_reference(source, seed, device)
     except Exception as exc:  # the task fails here though it ran in the worker
         return JudgeReport(error=f"the reference failed in the judge ({type(exc).__name__}: {str(exc)[:300]})")
-    report = _check_witness(task, reference, witness, device)
+    report = _check_witness(task, reference, witness, device, seed)
     report.seconds["load"] = time.perf_counter() - started - sum(report.seconds.values())
     return report
 
@@ -99,7 +99,7 @@ def _load_reference(source: str, seed: int, device: Any) -> tuple[Any, Any]:
     return task, reference
 
 
-def _check_witness(task: Any, reference: Any, witness: Path, device: Any) -> JudgeReport:
+def _check_witness(task: Any, reference: Any, witness: Path, device: Any, base_seed: int) -> JudgeReport:
     import torch
 
     from kevin_agent.evaluate.judge_wire import BadWitness, SampledLeaf, read_witness
@@ -107,8 +107,8 @@ def _check_witness(task: Any, reference: Any, witness: Path, device: Any) -> Jud
         CorrectnessHarness,
         Fp64Reference,
         check_outputs,
-        make_inputs,
         to_device,
+        trial_inputs,
     )
 
     def synchronize() -> None:
@@ -135,8 +135,7 @@ def _check_witness(task: Any, reference: Any, witness: Path, device: Any) -> Jud
                     raise BadWitness("a repeated call follows no call of its seed")
                 report.checked.append(CheckedCall(call.seed, call.label, report.checked[-1].problem))
                 continue
-            _seed_all(call.seed)
-            inputs = make_inputs(task.get_inputs, device)
+            inputs, _ = trial_inputs(task.get_inputs, reference, device, _seed_all, call.seed, base_seed)
             got = [leaf.values.to(device) if isinstance(leaf, SampledLeaf) else to_device(leaf, device)
                    for leaf in call.leaves]
             synchronize()

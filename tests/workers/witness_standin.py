@@ -23,15 +23,14 @@ import torch
 from kevin_agent.evaluate.judge_wire import MAGIC, WitnessWriter
 from kevin_agent.evaluate.judgement import trial_seed
 from kevin_agent.evaluate.worker.context import build_reference
-from kevin_agent.evaluate.worker.correctness import flatten_outputs, make_inputs
+from kevin_agent.evaluate.worker.correctness import flatten_outputs, trial_inputs
 from kevin_agent.evaluate.worker.guards import snapshot
 
 TIMED_SEED = 987654321
 
 
-def reference_outputs(task: object, reference: object, seed: int) -> list:
-    torch.manual_seed(seed)
-    inputs = make_inputs(task.get_inputs, "cpu")  # type: ignore[attr-defined]
+def reference_outputs(task: object, reference: object, seed: int, base_seed: int) -> list:
+    inputs, _ = trial_inputs(task.get_inputs, reference, "cpu", torch.manual_seed, seed, base_seed)  # type: ignore[attr-defined,arg-type]
     with torch.no_grad():
         return flatten_outputs(reference(*snapshot(inputs)))  # type: ignore[operator]
 
@@ -59,7 +58,7 @@ def main() -> None:
         seeds = [trial_seed(seed, t) for t in range(1 if mode == "partial" else trials)] + [TIMED_SEED]
         for s in seeds:
             for run in ("first", "second"):
-                outputs = [o + shift for o in reference_outputs(task, reference, s)]
+                outputs = [o + shift for o in reference_outputs(task, reference, s, seed)]
                 if mode == "sampled-slab":
                     outputs[0].view(-1)[40:56] += 0.5
                 writer.record(s, f"{run} run, seed {s}", outputs)

@@ -17,6 +17,8 @@ Integers and bools are exact; NaN/Inf must sit exactly where the reference has t
 Per trial the candidate runs first (on poisoned memory), then the reference, then the candidate
 again; each candidate run is on its own clone of the inputs, checked unchanged after. The float64
 run happens on the first trial (to report eager's own error) and on any trial where gate 1 fails.
+Trial 1 runs on plain ``get_inputs()``; later trials on the task's inputs mixed so that they
+correlate, or offset and scaled (``exercise``), where independent noise would hide dropped terms.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kevin_agent.evaluate.judgement import trial_seed as trial_seed  # the parent checks the judge by these seeds
+from kevin_agent.evaluate.worker.exercise import PLAIN as PLAIN_INPUTS
+from kevin_agent.evaluate.worker.exercise import exercised
 from kevin_agent.evaluate.worker.guards import changed_inputs, snapshot
 
 FP32_TOLERANCE = 1e-4
@@ -335,6 +339,16 @@ def make_inputs(get_inputs: Callable[[], Any], device: Any) -> Any:
         return to_device(get_inputs(), device)
 
 
+def trial_inputs(get_inputs: Callable[[], Any], reference: Callable[..., Any], device: Any,
+                 seed_all: Callable[[int], object], seed: int, base_seed: int) -> tuple[Any, str]:
+    """(the inputs of the checked call seeded ``seed`` in a run with ``base_seed``, what they are):
+    plain ``get_inputs()`` for trial 1 and any seed that is no trial's, a variant that exercises
+    the computation for later trials (``exercise``). The one way both the worker's correctness
+    trials and the judge make a checked call's inputs, so the two always agree."""
+    seed_all(seed)
+    return exercised(make_inputs(get_inputs, device), reference, device, seed, base_seed)
+
+
 @dataclass
 class CorrectnessResult:
     ok: bool
@@ -354,6 +368,7 @@ class CorrectnessResult:
     reference_rms_error_vs_fp64: float | None = None
     fp64_accepted: bool = False  # some output passed only by gate 2
     fp64_note: str = ""  # why no float64 run was available, when it was needed
+    input_sets: list[str] = field(default_factory=list)  # what each trial ran on (``trial_inputs``)
 
     def add_fp64(self, check: Fp64Check) -> None:
         self.error_vs_fp64 = max(self.error_vs_fp64 or 0.0, check.max_error)
@@ -438,13 +453,15 @@ class CorrectnessHarness:
 
 
 def run_correctness(h: CorrectnessHarness, trials: int, base_seed: int) -> CorrectnessResult:
-    """Run ``trials`` trials; stop at the first failing one. Candidate exceptions propagate."""
+    """Run ``trials`` trials; stop at the first failing one. Candidate exceptions propagate. Trial 1
+    is on plain ``get_inputs()``, later ones on variants that exercise the computation
+    (``trial_inputs``, which the judge uses too)."""
     result = CorrectnessResult(ok=True, message="", trials_passed=0, trials_total=trials)
     for trial in range(trials):
         seed = trial_seed(base_seed, trial)
         with h.part("inputs"):
-            h.seed_all(seed)
-            inputs = make_inputs(h.get_inputs, h.device)
+            inputs, what = trial_inputs(h.get_inputs, h.reference, h.device, h.seed_all, seed, base_seed)
+            result.input_sets.append(what)
         problems = _one_trial(h, inputs, (trial, seed), trials, result)
         patched = h.check_patched()
         if patched:
@@ -453,7 +470,7 @@ def run_correctness(h: CorrectnessHarness, trials: int, base_seed: int) -> Corre
         if problems:
             result.ok = False
             result.problems = problems
-            result.message = problems[0]
+            result.message = problems[0] if what == PLAIN_INPUTS else f"{problems[0]}; that trial's inputs: {what}"
             return result
         result.trials_passed += 1
     return result

@@ -279,6 +279,7 @@ def _correctness(ctx: Context, task: Any, reference: Any, candidate: Any) -> Ver
     c.error_vs_fp64, c.reference_error_vs_fp64 = result.error_vs_fp64, result.reference_error_vs_fp64
     c.rms_error_vs_fp64, c.reference_rms_error_vs_fp64 = result.rms_error_vs_fp64, result.reference_rms_error_vs_fp64
     c.fp64_accepted = result.fp64_accepted if result.error_vs_fp64 is not None else None
+    c.input_sets = result.input_sets or None
     if result.ok:
         return None
     message = result.message if result.patched else feedback.incorrect(result.message)
