@@ -35,7 +35,7 @@ from kevin_agent.evaluate.build.chunks import SplitRefused
 from kevin_agent.evaluate.build.flags import Toolchain, pch_flags, toolchain
 from kevin_agent.evaluate.build.layout import Layout, split_layout, whole_layout
 from kevin_agent.evaluate.build.listing import failed_for_now, kernel_listing
-from kevin_agent.evaluate.build.log import errors_only_in, sandbox_refused, trim_errors
+from kevin_agent.evaluate.build.log import SANDBOX_FAILED, errors_only_in, trim_errors
 from kevin_agent.evaluate.build.ninja_file import Confine, append_log, ensure_pch, file_lock, run_ninja, write_ninja
 from kevin_agent.evaluate.build.split import SOURCE_NAME
 from kevin_agent.evaluate.sandbox.limits import limit_message
@@ -196,11 +196,12 @@ class BuildCache:
         return final_result
 
     def _sandbox_failed(self, result: BuildResult) -> bool:
-        """The build failed because of the sandbox, not the sources: the confined launcher could
-        not confine (``EXIT_UNCONFINED``) or run the compiler, or the log shows a refusal."""
+        """The build failed because of the sandbox, not the sources: the launcher's exit status
+        said so (it could not confine, run the compiler, or a bound stopped it; ``run_confined``
+        marks the entry's folder), never words of the log, which the candidate's sources shape."""
         if self.sandbox == "off" or not result.log_path:
             return False
-        return sandbox_refused(Path(result.log_path).read_text(errors="replace"))
+        return (Path(result.log_path).parent / SANDBOX_FAILED).exists()
 
     def load(self, spec: ExtensionSpec, on_result: Optional[Callable[[BuildResult], None]] = None
              ) -> types.ModuleType:

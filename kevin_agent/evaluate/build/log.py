@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import re
 
+from kevin_agent.evaluate.sandbox.launch import EXIT_UNCONFINED
+from kevin_agent.evaluate.sandbox.relay import EXIT_LIMIT
+
 MAX_ERRORS = 3
 MAX_CHARS = 2000
 MAX_LINE = 4000  # characters of one log line looked at: the errors kept are 2000 in all, and a line of
@@ -71,14 +74,27 @@ def errors_only_in(log: str, names: tuple[str, ...]) -> bool:
     return found
 
 
-# A confined compile's output when the sandbox, not the sources, made it fail: the launcher's own
-# lines ("kevin-sandbox: sandbox required but ...", "kevin-sandbox: cannot run ninja: ..."; not the
-# verbose "kevin-sandbox: sandbox: landlock ..."), and refusals of Landlock (EACCES) and seccomp (EPERM)
+# Whether the sandbox, not the sources, made a confined compile fail is known from the launcher's
+# exit status alone (the compiler prints what the candidate wrote: an ``#error Permission denied``
+# must not pass for a refusal): it could not confine (EXIT_UNCONFINED), a bound stopped the child
+# (EXIT_LIMIT), or the program could not be started (127). ninja exits 0, 1 or 2 itself. The
+# parent records such a status in SANDBOX_FAILED, a file beside the compile's folder (where no
+# compile can write), and a build with that mark is not cached.
+LAUNCHER_FAILED = (EXIT_UNCONFINED, EXIT_LIMIT, 127)
+SANDBOX_FAILED = "sandbox-failed"
+# The launcher's own lines ("kevin-sandbox: sandbox required but ...", "kevin-sandbox: cannot run
+# ninja: ..."), and refusals of Landlock (EACCES) and seccomp (EPERM): read only for compiles of
+# kevin's own inputs (the shared precompiled header), never for a candidate's.
 LAUNCHER_PREFIX = "kevin-sandbox: "
 SANDBOX_REFUSALS = ("Permission denied", "Operation not permitted")
 
 
+def launcher_failed(status: int | None) -> bool:
+    """True when a confined compile's exit status is the launcher's, not the compiler's."""
+    return status in LAUNCHER_FAILED
+
+
 def sandbox_refused(text: str) -> bool:
-    """True when a compile's output shows the sandbox, not the sources, stopped it."""
+    """True when the output of a compile of kevin's own inputs shows the sandbox stopped it."""
     return any(line.startswith(LAUNCHER_PREFIX) and not line.startswith(LAUNCHER_PREFIX + "sandbox: ")
                or any(refusal in line for refusal in SANDBOX_REFUSALS) for line in text.splitlines())

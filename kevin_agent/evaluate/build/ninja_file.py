@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 from kevin_agent.evaluate.build.flags import Toolchain, ninja_binary
-from kevin_agent.evaluate.build.log import sandbox_refused
+from kevin_agent.evaluate.build.log import SANDBOX_FAILED, launcher_failed, sandbox_refused
 from kevin_agent.evaluate.processes import niced, scrubbed_environment
 from kevin_agent.safe_text import terminal_safe
 
@@ -99,7 +99,9 @@ def append_log(log_path: Path, text: str) -> None:
 
 def run_confined(argv: list[str], cwd: Path, timeout_s: float, confine: Optional[Confine]) -> tuple[int | None, str]:
     """(exit status or None at the time limit, output) of a compile step in ``cwd``; a timeout kills
-    its whole process group. Output beyond MAX_OUTPUT is drained and dropped."""
+    its whole process group. Output beyond MAX_OUTPUT is drained and dropped. A confined step
+    whose status is the launcher's (``log.launcher_failed``) leaves ``log.SANDBOX_FAILED`` beside
+    ``cwd``, where the compile cannot write: the build cache then does not keep the result."""
     env = compile_environment(cwd)
     proc = subprocess.Popen(
         niced(confine(argv) if confine is not None else argv, env), cwd=cwd, stdin=subprocess.DEVNULL,
@@ -120,6 +122,8 @@ def run_confined(argv: list[str], cwd: Path, timeout_s: float, confine: Optional
             pass
         proc.wait()
     reader.join(timeout=10)
+    if confine is not None and launcher_failed(status):
+        (cwd.parent / SANDBOX_FAILED).touch()
     return status, b"".join(kept).decode("utf-8", errors="replace")
 
 
