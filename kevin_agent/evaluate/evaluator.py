@@ -37,6 +37,7 @@ from kevin_agent.evaluate.cache_upkeep import keep_under_cap, with_header_notice
 from kevin_agent.evaluate.isolation import WorkerResult
 from kevin_agent.evaluate.lanes import DeviceInfo, GpuLane, LocalLane, local_devices, run_limit
 from kevin_agent.evaluate.protocol import Baseline, WorkerJob
+from kevin_agent.evaluate.provenance.build_check import build_rejection
 from kevin_agent.evaluate.scheduling import Batch, GpuItem, LaneQueue, Target
 from kevin_agent.evaluate.verdicts import build_details, compile_verdict, merge_build_details, static_verdict
 
@@ -261,6 +262,11 @@ class CudaEvaluator(Evaluator):
             batch.settle(index, compile_verdict(outcome, details))
             return
         batch.reached[index] = Stage.COMPILE
+        rejected = build_rejection(outcome.results, self.settings.policy, details)  # decided before any GPU stage
+        if rejected is not None:
+            batch.count(compiling=-1)
+            batch.settle(index, rejected)
+            return
         assert self._cache is not None
         entries = [entry_dir(self._cache.root, r.key) for r in outcome.results if r.key]
         batch.count(compiling=-1, on_gpu=1)

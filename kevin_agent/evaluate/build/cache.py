@@ -32,12 +32,23 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kevin_agent.evaluate.build.chunks import SplitRefused
+from kevin_agent.evaluate.build.facts import build_facts
 from kevin_agent.evaluate.build.flags import Toolchain, pch_flags, toolchain
-from kevin_agent.evaluate.build.layout import Layout, split_layout, whole_layout
+from kevin_agent.evaluate.build.layout import BindingRefused, Headers, Layout, split_layout, whole_layout
 from kevin_agent.evaluate.build.listing import failed_for_now, kernel_listing
 from kevin_agent.evaluate.build.log import SANDBOX_FAILED, errors_only_in, trim_errors
-from kevin_agent.evaluate.build.ninja_file import Confine, append_log, ensure_pch, file_lock, run_ninja, write_ninja
+from kevin_agent.evaluate.build.ninja_file import (
+    PCH_TEXT_NO_PYTHON,
+    Confine,
+    append_log,
+    ensure_pch,
+    file_lock,
+    python_free_headers,
+    run_ninja,
+    write_ninja,
+)
 from kevin_agent.evaluate.build.split import SOURCE_NAME
+from kevin_agent.evaluate.provenance.origins import line_directives
 from kevin_agent.evaluate.sandbox.limits import limit_message
 from kevin_agent.evaluate.source.calls import ExtensionSpec
 from kevin_agent.evaluate.source.consts import MAX_VALUE
@@ -89,6 +100,9 @@ class BuildResult:
     # the kernels built into the .so (provenance.symbols.ExtensionKernels.to_dict()); None in cache
     # entries written before provenance existed (the worker lists the .so itself then, ~50 ms)
     kernels: Optional[dict[str, Any]] = None
+    # what the parent read from the candidate's own objects and preprocessed translation units
+    # (provenance.facts: own kernels by origin, imports, host assembly); policy-independent
+    facts: Optional[dict[str, Any]] = None
 
 
 class BuildCache:
@@ -132,8 +146,7 @@ class BuildCache:
 
     def warm(self) -> None:
         """Build the shared precompiled torch header now (most builds use it), if it is missing."""
-        tc = self.toolchain
-        ensure_pch(self.root, tc, tc.cxx_flags(pch_flags(())), confine_for=self._confinement)
+        self._headers(())
 
     def build(self, spec: ExtensionSpec) -> BuildResult:
         """Build (or find) the extension; failures are results, never exceptions. A spec with a
@@ -220,23 +233,39 @@ class BuildCache:
         module = f"kevin_{key[:16]}"
         tc = self.toolchain
         log_path = tmp / "build.log"
-        pch = ensure_pch(self.root, tc, tc.cxx_flags(pch_flags(spec.extra_cflags)), confine_for=self._confinement)
+        headers, pch_seconds = self._headers(spec.extra_cflags)
         note = "split disabled"
         if self.split:
             try:
-                layout = split_layout(spec, module, tc, pch.header)
+                layout = split_layout(spec, module, tc, headers)
                 result = self._run(layout, module, tmp, log_path, spec.extra_ldflags)
-                result.pch_seconds = pch.seconds
+                result.pch_seconds = pch_seconds
                 log = log_path.read_text(errors="replace")
                 if result.ok or errors_only_in(log, (SOURCE_NAME,)) and _nvcc_only(log_path):
                     return result
                 note = "split build failed outside the kernels; retried whole"
             except SplitRefused as exc:
                 note = str(exc)
+            except BindingRefused as exc:
+                return _binding_refused(str(exc), log_path)
             append_log(log_path, f"\n=== whole path ({note}) ===\n")
-        result = self._run(whole_layout(spec, module, tc, pch.header, note), module, tmp, log_path, spec.extra_ldflags)
-        result.pch_seconds, result.split_note = pch.seconds, note
+        try:
+            layout = whole_layout(spec, module, tc, headers, note)
+        except BindingRefused as exc:
+            return _binding_refused(str(exc), log_path)
+        result = self._run(layout, module, tmp, log_path, spec.extra_ldflags)
+        result.pch_seconds, result.split_note = pch_seconds, note
         return result
+
+    def _headers(self, extra_cflags: tuple[str, ...]) -> tuple[Headers, float]:
+        """The shared headers of a build with ``extra_cflags`` (each built once), and the seconds
+        spent building them now."""
+        tc = self.toolchain
+        flags = tc.cxx_flags(pch_flags(extra_cflags))
+        bindings = ensure_pch(self.root, tc, flags, confine_for=self._confinement)
+        own = ensure_pch(self.root, tc, flags, confine_for=self._confinement, header_text=PCH_TEXT_NO_PYTHON)
+        headers = Headers(bindings.header, own.header, python_free_headers(self.root))
+        return headers, bindings.seconds + own.seconds
 
     def _run(self, layout: Layout, module: str, directory: Path, log_path: Path,
              extra_ldflags: tuple[str, ...] = ()) -> BuildResult:
@@ -250,14 +279,16 @@ class BuildCache:
         write_ninja(work, self.toolchain, layout.steps, target, self.toolchain.ldflags(tuple(extra_ldflags)))
         ran = run_ninja(work, self.ninja_jobs, self.timeout_s, log_path, self._confinement(work))
         module_path, errors = None, None if ran.ok else limit_message(ran.output) or trim_errors(ran.output)
+        facts = None
         if ran.ok:
             module_path, problem = take_module(work / target, directory / MODULE_FOLDER)
             errors = problem
+            facts = build_facts(work, layout.own_objects, layout.preprocessed, self.sandbox)
         shutil.rmtree(work, ignore_errors=True)
         return BuildResult(
             ok=module_path is not None, seconds=0.0, cache_hit=False, log_path=str(log_path),
             errors=errors, path=layout.path, module_path=module_path, split_note=layout.note,
-            timed_out=ran.timed_out,
+            timed_out=ran.timed_out, facts=facts,
         )
 
 
@@ -267,7 +298,26 @@ def refusal(spec: ExtensionSpec) -> str | None:
     size = sum(len(text) for text in (*spec.cpp_sources, *spec.cuda_sources))
     if size > MAX_VALUE:
         problems.append(f"the sources are {size:,} characters; the limit is {MAX_VALUE:,}")
+    else:
+        problems += _line_directive_problems(spec)
     return "\n".join(problems) if problems else None
+
+
+def _line_directive_problems(spec: ExtensionSpec) -> list[str]:
+    """``#line`` and line-marker directives would hide where code comes from (``provenance.origins``)."""
+    problems = []
+    for name, texts in (("cuda_sources", spec.cuda_sources), ("cpp_sources", spec.cpp_sources)):
+        lines = line_directives("\n".join(texts))
+        if lines:
+            problems.append(f"{name} line {lines[0]}: line directives (#line, # N \"file\") are not allowed: the "
+                            "evaluator reads where each piece of code comes from; remove them")
+    return problems
+
+
+def _binding_refused(message: str, log_path: Path) -> BuildResult:
+    """The failed build of a spec whose ``functions`` cannot be bound (nothing was compiled)."""
+    append_log(log_path, f"error: {message}\n")
+    return BuildResult(False, 0.0, False, str(log_path), f"error: {message}", "refused", None)
 
 
 def write_new(path: Path, content: str) -> None:

@@ -32,6 +32,10 @@ from kevin_agent.evaluate.processes import niced, scrubbed_environment
 from kevin_agent.safe_text import terminal_safe
 
 PCH_HEADER = "kevin_torch_ext.h"
+PCH_RECIPE = "kevin-pch-1"  # bump when the header's flags change meaning
+PCH_TEXT = "#include <torch/extension.h>\n"  # the binding's header: torch with pybind11
+PCH_TEXT_NO_PYTHON = "#include <torch/all.h>\n"  # the candidate's: torch's C++ API only
+SHIM_TEXT = "#pragma once\n#include <torch/all.h>\n"  # <torch/extension.h> as the candidate's code sees it
 MAX_OUTPUT = 4_000_000  # characters of a compile's output kept (the rest is counted, not stored)
 TAIL_OUTPUT = 65_536  # ... except its last characters, where a limit that stopped the child is named
 Confine = Callable[[list[str]], list[str]]
@@ -39,7 +43,8 @@ Confine = Callable[[list[str]], list[str]]
 
 @dataclass
 class Step:
-    """One compile: ``rule`` is "cxx" or "cuda"; ``flags`` are its own flags."""
+    """One compile: ``rule`` is "cxx" or "cuda" (or "cxx_pp" / "cuda_pp": preprocess only, built
+    beside the module and not linked); ``flags`` are its own flags."""
 
     source: str
     output: str
@@ -73,12 +78,19 @@ def write_ninja(directory: Path, tc: Toolchain, steps: list[Step], target: str, 
         "  command = $cxx $flags -c $in -o $out",
         "rule cuda",
         "  command = $nvcc $flags -c $in -o $out",
+        "rule cxx_pp",
+        "  command = $cxx $flags -E -fpch-preprocess $in -o $out",
+        "rule cuda_pp",
+        "  command = $nvcc $flags -E $in -o $out",
         "rule link",
         "  command = $cxx $in $ldflags -o $out",
     ]
     for step in steps:
         lines += [f"build {step.output}: {step.rule} {step.source}", f"  flags = {_quote(step.flags)}"]
-    lines += [f"build {target}: link {' '.join(s.output for s in steps)}", f"  ldflags = {_quote(ldflags)}"]
+    objects = " ".join(s.output for s in steps if not s.rule.endswith("_pp"))
+    listings = " ".join(s.output for s in steps if s.rule.endswith("_pp"))  # preprocessed text: built, not linked
+    lines += [f"build {target}: link {objects}" + (f" | {listings}" if listings else ""),
+              f"  ldflags = {_quote(ldflags)}"]
     lines += [f"default {target}", ""]
     path = directory / "build.ninja"
     path.write_text("\n".join(lines))
@@ -176,13 +188,33 @@ class PchInfo:
     seconds: float  # time spent building it now (0.0 when it was already there)
 
 
+def python_free_headers(root: Path) -> Path:
+    """A folder whose ``torch/extension.h`` is torch without Python or pybind11 (``-I`` it before
+    torch's own folders): the candidate's translation units see the C++ API only, so nothing of
+    pybind11's inline code lands in their objects and their imports are their own calls."""
+    folder = root / "pch" / f"shim-{hashlib.sha256(SHIM_TEXT.encode()).hexdigest()[:12]}"
+    header = folder / "torch" / "extension.h"
+    if not header.is_file():
+        tmp = Path(tempfile.mkdtemp(prefix="shim-", dir=_ensure(root / "pch")))
+        (tmp / "torch").mkdir()
+        (tmp / "torch" / "extension.h").write_text(SHIM_TEXT)
+        try:
+            os.rename(tmp, folder)
+        except OSError:  # made by another process meanwhile
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
 def ensure_pch(root: Path, tc: Toolchain, cxx_flags: list[str], timeout_s: float = 600.0,
-               confine_for: Optional[Callable[[Path], Optional[Confine]]] = None) -> PchInfo:
-    """The precompiled <torch/extension.h> for these flags, built once into the cache and shared.
+               confine_for: Optional[Callable[[Path], Optional[Confine]]] = None,
+               header_text: str = PCH_TEXT) -> PchInfo:
+    """The precompiled ``header_text`` (<torch/extension.h>, or the Python-free ``PCH_TEXT_NO_PYTHON``)
+    for these flags, built once into the cache and shared.
 
     ``cxx_flags`` must be flags kevin-agent chose (``flags.pch_flags``), never a candidate's: every
     later build reads this header. The compile is confined like every other (``confine_for(folder)``)."""
-    key = hashlib.sha256(json.dumps([tc.fingerprint(), cxx_flags]).encode()).hexdigest()[:20]
+    toolchain_only = {k: v for k, v in tc.fingerprint().items() if k != "recipe"}  # not the extensions' recipe
+    key = hashlib.sha256(json.dumps([PCH_RECIPE, toolchain_only, cxx_flags, header_text]).encode()).hexdigest()[:20]
     final = root / "pch" / key
     header = final / "work" / PCH_HEADER
     if header.with_name(PCH_HEADER + ".gch").is_file():
@@ -196,7 +228,7 @@ def ensure_pch(root: Path, tc: Toolchain, cxx_flags: list[str], timeout_s: float
         tmp = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=_ensure(root / "pch")))
         work = tmp / "work"  # the only folder the compile may write; the log and marker stay outside it
         work.mkdir()
-        (work / PCH_HEADER).write_text("#include <torch/extension.h>\n")
+        (work / PCH_HEADER).write_text(header_text)
         cmd = [tc.cxx, *cxx_flags, *tc.includes(), "-x", "c++-header", PCH_HEADER, "-o", PCH_HEADER + ".gch"]
         try:
             status, output = run_confined(cmd, work, timeout_s, confine_for(work) if confine_for else None)

@@ -66,11 +66,13 @@ class OwnKernels:
 
     bundled: frozenset[str] = frozenset()  # spellings of listed kernels no candidate source defines
 
-    def from_sources(self, defined: set[str]) -> OwnKernels:
-        """Only the kernels whose base name a ``__global__`` in the candidate's sources defines;
-        the others (template kernels instantiated from PyTorch, CUB or other headers) become
-        ``bundled``: compiled into the extension, not written by the candidate (issue 19)."""
-        keep = [n for n in self.names if _base_name(self.demangled.get(n, n)) in defined]
+    def from_sources(self, defined: set[str], qualified: bool = False) -> OwnKernels:
+        """Only the kernels whose base name (``qualified``: whole qualified name, as the build's
+        facts give them from the preprocessed sources) a ``__global__`` in the candidate's sources
+        defines; the others (template kernels instantiated from PyTorch, CUB or other headers)
+        become ``bundled``: compiled into the extension, not written by the candidate."""
+        name_of = N.qualified_name if qualified else _base_name
+        keep = [n for n in self.names if name_of(self.demangled.get(n, n)) in defined]
         own = OwnKernels(keep, {n: self.demangled[n] for n in keep if n in self.demangled})
         dropped = [n for n in self.names if n not in keep]
         own.bundled = frozenset(dropped) | frozenset(self.demangled[n] for n in dropped if n in self.demangled)

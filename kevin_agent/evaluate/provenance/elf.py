@@ -32,6 +32,7 @@ class Section:
     size: int
     link: int
     entsize: int
+    flags: int = 0  # SHF_* (SHF_WRITE 0x1, SHF_EXECINSTR 0x4)
 
 
 @dataclass(frozen=True)
@@ -80,12 +81,12 @@ class Elf:
         for i in range(shnum):
             f = self._unpack(fmt, shoff + i * shentsize)
             # (name, type, flags, addr, offset, size, link, info, addralign, entsize)
-            raw.append((f[0], f[1], f[4], f[5], f[6], f[9]))
+            raw.append((f[0], f[1], f[4], f[5], f[6], f[9], f[2]))
         names = raw[shstrndx] if shstrndx < len(raw) else None
         sections = []
-        for name_off, typ, offset, size, link, entsize in raw:
+        for name_off, typ, offset, size, link, entsize, flags in raw:
             name = self._cstr(names[2] + name_off, names[2] + names[3]) if names else ""
-            sections.append(Section(name, typ, offset, size, link, entsize))
+            sections.append(Section(name, typ, offset, size, link, entsize, flags))
         return sections
 
     def _cstr(self, start: int, limit: int) -> str:

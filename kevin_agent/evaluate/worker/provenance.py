@@ -98,20 +98,37 @@ def provenance_inputs(ctx: Any, task: Any) -> Any:
 
 def own_kernels(results: Iterable[Any]) -> tuple[OwnKernels, list[ExtensionKernels]]:
     """The union of the kernels built into every extension the candidate loaded (``BuildResult``s
-    recorded by the load_inline hook; a result without a listing is listed now, ~50 ms)."""
+    recorded by the load_inline hook; a result without a listing is listed now, ~50 ms), kept to
+    those a ``__global__`` of the candidate's own text defines: by the origins the build stored
+    (``facts.kernels``, from the preprocessed sources, so a cached build has them too), else by
+    the sources beside the module when a build left them there."""
     listings: dict[str, ExtensionKernels] = {}
+    origins: dict[str, Optional[set[str]]] = {}
     for result in results:
         path = getattr(result, "module_path", None)
         if not path or path in listings:
             continue
         raw = getattr(result, "kernels", None)
         listings[path] = ExtensionKernels.from_dict(raw) if raw else list_kernels(path)
+        origins[path] = stored_origins(result)
     extensions = list(listings.values())
     own = OwnKernels.from_extensions(extensions)
+    if own and origins and all(o is not None for o in origins.values()):
+        return own.from_sources(set().union(*(o for o in origins.values() if o is not None)), qualified=True), \
+            extensions
     defined = [source_kernels(path) for path in listings]
     if own and defined and all(d is not None for d in defined):  # every build's sources are there
         own = own.from_sources(set().union(*(d for d in defined if d is not None)))
     return own, extensions
+
+
+def stored_origins(result: Any) -> Optional[set[str]]:
+    """Qualified names of the ``__global__`` functions the build's facts found defined in the
+    candidate's own text; None when the result carries no readable facts."""
+    facts = getattr(result, "facts", None)
+    if not isinstance(facts, dict) or facts.get("error") or not isinstance(facts.get("kernels"), list):
+        return None
+    return {str(name) for name in facts["kernels"]}
 
 
 def _profile(fn: Callable[..., Any], inputs: Any, ctx: Any, label: str,

@@ -1,0 +1,157 @@
+"""Build-side provenance facts without a compiler: line directives, origins of preprocessed text,
+the import allow-list, the decision on stored facts, and the worker's use of them (a cached
+build's ``lib/`` holds only the module)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from kevin_agent.data import Stage, VerdictDetails
+from kevin_agent.evaluate.provenance.build_check import build_rejection
+from kevin_agent.evaluate.provenance.facts import foreign_kernels, reasons
+from kevin_agent.evaluate.provenance.imports import ALLOWED, COMPUTE, DENIED, classify
+from kevin_agent.evaluate.provenance.origins import line_directives, own_lines, scan
+from kevin_agent.evaluate.worker.provenance import own_kernels
+
+
+def test_line_directives_in_every_spelling_and_not_in_comments_or_strings():
+    source = ("int x;\n"
+              '# 1 "/usr/include/stdio.h" 1 3\n'
+              "  %: line 7\n"
+              "#line 9\n"
+              "// #line 5\n"
+              '/* #line 6 */ const char* s = "#line 8";\n'
+              "#\\\nline 12\n")
+    found = line_directives(source)
+    assert found[:3] == [2, 3, 4] and len(found) == 4  # the continued one is found too (numbering shifts)
+    assert line_directives("#include <cuda.h>\n#define L __LINE__\n#pragma once\n") == []
+
+
+PREPROCESSED = """# 0 "kernels.cu"
+# 0 "<built-in>"
+# 0 "<command-line>"
+# 1 "/usr/local/cuda/include/cuda_runtime.h" 1 3 4
+static void header_helper() { asm volatile("nop"); }
+template <typename T> __attribute__((global)) void header_kernel(T* x) { }
+# 0 "<command-line>" 2
+# 1 "kernels.cu"
+# 1 "/opt/torch/include/ATen/native/cuda/Loops.cuh" 1
+namespace at { namespace native { __attribute__((global)) void vectorized_elementwise_kernel(float* x) { } } }
+# 3 "kernels.cu" 2
+# 1 "cuda_sources"
+#define NOT_A_MARKER
+template <typename T>
+__attribute__((global)) void __attribute__((launch_bounds(256))) scale(const T* x, T* y, int n) {
+  asm volatile("membar.gl;");
+}
+__attribute__((global)) void declared_only(float* x);
+namespace my { namespace inner { __attribute__((global)) void nk(float* x) { } } }
+namespace { __attribute__((global)) void hidden(float* x) { } }
+extern "C" { __attribute__((global)) void c_kernel(float* x) { } }
+static __attribute__((device)) __inline__ float twice(float v) {
+  float r; asm("add.f32 %0, %1, %1;" : "=f"(r) : "f"(v)); return r; }
+__attribute__((host)) __attribute__((device)) float both(float v) { asm("nop"); return v; }
+# 40 "/usr/local/cuda/include/anything.h"
+void host_launch(float* x) { long r; asm volatile("syscall" : "=a"(r) : "a"(39)); }
+# 1 "local_copy.h" 1
+void from_relative_include() { __asm__("int3"); }
+# 50 "cuda_sources" 2
+auto run_at_load = [] { __asm ("syscall"); return 0; }();
+"""
+
+
+def test_own_text_follows_includes_not_line_directives():
+    lines, notes = own_lines(PREPROCESSED)
+    text = "\n".join(raw for _, _, raw in lines)
+    assert not notes
+    assert "header_kernel" not in text and "vectorized_elementwise_kernel" not in text  # entered by absolute path
+    assert "host_launch" in text  # a #line naming a system header does not make own text foreign
+    assert "from_relative_include" in text  # a relative include is the candidate's
+
+
+def test_scan_finds_own_kernels_by_qualified_name_and_host_assembly():
+    facts = scan(PREPROCESSED)
+    assert facts.kernels == ["scale", "my::inner::nk", "(anonymous namespace)::hidden", "c_kernel"]
+    where = [w.split(":")[0] + ":" + w.split(":")[1] for w in facts.host_asm]
+    assert len(facts.host_asm) == 4, facts.host_asm  # both(), host_launch(), the relative include, the lambda
+    assert not any("scale" in w for w in where)
+    host_only = scan(PREPROCESSED, device_code=False)  # a host compiler compiles __device__ code for the host
+    assert len(host_only.host_asm) == 6 and host_only.kernels == []
+
+
+def test_unbalanced_markers_are_noted():
+    assert scan('# 1 "x.cu"\n# 3 "x.cu" 2\nint a;\n').notes == ["unbalanced line markers"]
+
+
+@pytest.mark.parametrize("name, verdict", [
+    ("at::_ops::empty_memory_format::call(c10::ArrayRef<c10::SymInt>)", ALLOWED),
+    ("float* at::TensorBase::data_ptr<float>() const", ALLOWED),
+    ("c10::detail::torchCheckFail(char const*, char const*, unsigned int, char const*)", ALLOWED),
+    ("c10::cuda::getCurrentCUDAStream(signed char)", ALLOWED),
+    ("std::__cxx11::basic_ostringstream<char, std::char_traits<char>, std::allocator<char> >::str() &&", ALLOWED),
+    ("operator delete[](void*)", ALLOWED), ("typeinfo for char const*", ALLOWED), ("cudaLaunchKernel", ALLOWED),
+    ("__cudaPushCallConfiguration", ALLOWED), ("sinf", ALLOWED), ("__stack_chk_fail", ALLOWED),
+    ("at::cuda::getCurrentDeviceProperties()", ALLOWED),
+    ("at::_ops::mm::call(at::Tensor const&, at::Tensor const&)", COMPUTE),
+    ("c10::Half* at::native::relu_(at::Tensor&)", COMPUTE),  # a return type never makes a name allowed
+    ("at::cuda::blas::gemm<float>(char, char)", COMPUTE), ("cublasSgemm_v2", COMPUTE),
+    ("PyEval_GetFrame", DENIED), ("_PyThreadState_UncheckedGet", DENIED),
+    ("pybind11::module_::import(char const*)", DENIED), ("dlsym", DENIED), ("dl_iterate_phdr", DENIED),
+    ("mprotect", DENIED), ("syscall", DENIED), ("open", DENIED), ("fopen", DENIED), ("getenv", DENIED),
+    ("socket", DENIED), ("torch::Library::_impl(char const*, torch::CppFunction&&)", DENIED),
+    ("c10::Dispatcher::singleton()", DENIED), ("cudaGetDriverEntryPoint", DENIED),
+    ("std::basic_ifstream<char, std::char_traits<char> >::basic_ifstream(char const*)", DENIED),
+    ("some_unknown_function", DENIED),
+])
+def test_classify(name, verdict):
+    assert classify(name)[0] == verdict
+
+
+def test_reasons_under_each_policy():
+    facts = {"kernels": ["mine"], "imports": {"host.o": ["_ZN2at4_ops2mm4callERKNS_6TensorES4_", "dlsym"]},
+             "host_asm": [], "exec_data": [], "notes": []}
+    strict = reasons(facts, ["_Z4minePf", "_ZN3cub18DeviceReduceKernelEv"], "strict")
+    partial = reasons(facts, ["_Z4minePf", "_ZN3cub18DeviceReduceKernelEv"], "partial")
+    assert any("dynamic loading: dlsym (host.o)" in r for r in strict) and any("dlsym" in r for r in partial)
+    assert any("ATen operators that compute" in r for r in strict)
+    assert not any("ATen operators" in r for r in partial)
+    assert any("cub::DeviceReduceKernel" in r for r in strict) and not any("cub::" in r for r in partial)
+    assert reasons({"error": "x"}, [], "partial") == ["the build's own objects could not be checked (x)"]
+
+
+def test_foreign_kernels_match_qualified_names_not_base_names():
+    listed = ["_ZN2at6native29vectorized_elementwise_kernelEPf", "_Z29vectorized_elementwise_kernelPf"]
+    assert foreign_kernels(["vectorized_elementwise_kernel"], listed) == ["at::native::vectorized_elementwise_kernel"]
+
+
+def test_build_rejection_is_a_provenance_verdict_naming_the_symbols():
+    result = SimpleNamespace(facts={"kernels": [], "imports": {"host.o": ["PyEval_GetFrame"]}, "host_asm": [],
+                                    "exec_data": [], "notes": []}, kernels={"kernels": []})
+    verdict = build_rejection([result], "partial", VerdictDetails())
+    assert verdict is not None and verdict.stage == Stage.PROVENANCE and not verdict.ok
+    assert "PyEval_GetFrame" in verdict.message and "Python C API" in verdict.message
+    assert verdict.details.provenance.ok is False and verdict.details.provenance.policy == "partial"
+    clean = SimpleNamespace(facts={"kernels": [], "imports": {"host.o": ["cudaLaunchKernel"]}}, kernels=None)
+    assert build_rejection([clean], "strict", VerdictDetails()) is None
+    assert build_rejection([SimpleNamespace(facts=None, kernels=None)], "strict", VerdictDetails()) is None
+
+
+def test_cached_build_keeps_the_origin_filter(tmp_path: Path):
+    """A cached entry's lib/ holds only the module: the origins come from the stored facts. (Before,
+    the filter looked for sources beside the .so and never ran for a cached build, so an ATen kernel
+    instantiated from a header counted as the candidate's own.)"""
+    lib = tmp_path / "ext" / "key" / "lib"
+    lib.mkdir(parents=True)
+    module = lib / "kevin_key.so"
+    module.write_bytes(b"not read: the listing is stored")
+    listed = ["_Z10own_kernelPf", "_ZN2at6native29vectorized_elementwise_kernelEPf"]
+    result = SimpleNamespace(module_path=str(module), kernels={"path": str(module), "kernels": listed},
+                             facts={"kernels": ["own_kernel"], "imports": {}})
+    own, _ = own_kernels([result])
+    assert own.names == ("_Z10own_kernelPf",)
+    assert "_ZN2at6native29vectorized_elementwise_kernelEPf" in own.bundled
+    json.dumps(result.facts)  # what the cache stores
