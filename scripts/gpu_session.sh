@@ -3,8 +3,8 @@
 #
 #   bash scripts/gpu_session.sh 1       # tests: provenance, guards; eval_bench, eval_cli; the worker
 #                                       # profile in the time left
-#   bash scripts/gpu_session.sh 2       # tests: worker, lease, warm evaluator, loop, sandbox, accept, attacks;
-#                                       # dropin bench
+#   bash scripts/gpu_session.sh 2       # tests: worker, lease, warm evaluator, loop, sandbox, accept, attacks,
+#                                       # Ray (--cluster on a local head); dropin bench
 #   bash scripts/gpu_session.sh 3       # no tests: the speed benches (issue 20), record_verdicts, a kevin
 #                                       # bench table (21)
 #   bash scripts/gpu_session.sh 2 480   # another time budget in seconds (default 530)
@@ -30,8 +30,9 @@
 #   part 1: provenance ~6.5 min, guards ~10 s; eval_bench ~90 s in the time left -> ~8.5 min
 #           (H100 at ea622cd: provenance 237 s, guards 5 s, eval_bench 54 s; eval_cli ~70 s added since)
 #   part 2: worker ~3 min, lease, loop ~40 s, sandbox ~1.5 min, accept ~1 min, attacks ~1.5 min (its
-#           header ~35 s); dropin ~30 s -> ~8.5 min (H100 at ea37782, a host whose builds took 1.7x
-#           aa1566e's: part 2's tests 418 s, worker 172 s; a second compile-ahead test came after)
+#           header ~35 s), Ray ~1 min (last: a cut spares the others); dropin ~30 s -> ~8.5 min (H100 at
+#           ea37782, a host whose builds took 1.7x aa1566e's: part 2's tests 418 s, worker 172 s; a
+#           second compile-ahead test came after; at a4ef885 the tests took 370 s before Ray's)
 #   part 3: eval_bench ~4 min, record_verdicts ~40 s (shares eval_bench's cache: its header is
 #           built), eval_cli ~1.5 min, kevin bench ~2 min -> ~8.5 min (kevin bench was cut at 113 s
 #           on 2026-12-04: give part 3 its full 530 s)
@@ -53,9 +54,10 @@
 # Copy the .json/.jsonl/.log files into bench/results/ and verdicts.json over examples/verdicts.json,
 # then regenerate the page: python bench/make_results.py. Details: docs/gpu.md.
 #
-# The accept tests and the drop-in bench need GitPython, absent on the device host: carry its
-# wheels in .whl/ (pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl
-# GitPython gitdb smmap; call with carry [".whl"]); they are installed into /tmp/site here.
+# The accept tests and the drop-in bench need GitPython, the Ray test Ray (trimmed of its Java jars)
+# and jsonschema, referencing, rpds-py: all absent on the device host. `bash scripts/fetch_gpu_wheels.sh`
+# puts them in .whl/ (~46 MiB of the 64 MiB carry limit); call with carry [".whl"]; they are
+# installed into /tmp/site here. Without them the accept tests fail and the Ray test skips.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART="${1:-}"
@@ -63,7 +65,8 @@ BUDGET="${2:-530}"
 case "$PART" in
   1) TESTS=(tests/gpu/test_gpu_provenance.py tests/gpu/test_gpu_guards.py) ;;
   2) TESTS=(tests/gpu/test_gpu_worker.py tests/gpu/test_gpu_lease.py tests/gpu/test_eval_daemon_gpu.py tests/gpu/test_loop_gpu.py
-            tests/gpu/test_sandbox_gpu.py tests/gpu/test_accept_gpu.py tests/gpu/test_attacks_gpu.py) ;;
+            tests/gpu/test_sandbox_gpu.py tests/gpu/test_accept_gpu.py tests/gpu/test_attacks_gpu.py
+            tests/gpu/test_ray_gpu.py) ;;
   3) TESTS=() ;;
   *) echo "usage: bash scripts/gpu_session.sh 1|2|3 [SECONDS]" >&2; exit 2 ;;
 esac
@@ -104,6 +107,7 @@ phase() {  # phase NAME CAP_SECONDS [RESULT_JSON] -- COMMAND...: run, log, recor
 
 log "part $PART on $(nvidia-smi -L 2>/dev/null | head -1); commit ${KEVIN_SOURCE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo none)}"
 python3 -c 'import git' 2>/dev/null || log "GitPython missing (no .whl carried): the accept tests and the drop-in bench will fail"
+[ "$PART" = 2 ] && { python3 -c 'import ray' 2>/dev/null || log "Ray missing (no .whl carried): the Ray test will skip"; }
 # the tests first (the suite is what must pass), then the benches in the time left
 if [ ${#TESTS[@]} -gt 0 ]; then
   phase gpu_tests $(( BUDGET - 60 )) -- python3 -m pytest -m gpu -p no:cacheprovider -p gpu_summary -rfE -q "${TESTS[@]}"
