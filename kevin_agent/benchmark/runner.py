@@ -60,9 +60,11 @@ def _request(manifest: Manifest, planned: PlannedTask, stored: Optional[RunRecor
     that a task file that cannot be loaded (UserInputError) is told apart from settings that cannot."""
     if stored is not None:
         return RunRequest(resume=stored.run_id)
+    from kevin_agent.evaluate.source.ast_lock import PARSE_LOCK
     from kevin_agent.task import load_task
 
-    task = load_task(f"{planned.path}::Model")
+    with PARSE_LOCK:  # loading parses, beside other tasks' static stages (ast_lock says why)
+        task = load_task(f"{planned.path}::Model")
     return dataclasses.replace(_settings_request(manifest, planned), task=task, run_id=planned.run_id)
 
 

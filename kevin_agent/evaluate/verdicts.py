@@ -20,9 +20,11 @@ def static_verdict(code: str, task_source: Optional[str] = None) -> Optional[Ver
 
     ``task_source`` names the reference's classes, so using or subclassing any of them is caught.
     """
+    from kevin_agent.evaluate.source.ast_lock import PARSE_LOCK
     from kevin_agent.evaluate.static.checks import check_candidate, format_violations
 
-    violations = check_candidate(code, task_source)
+    with PARSE_LOCK:  # the static stage parses; batches side by side must not parse at once
+        violations = check_candidate(code, task_source)
     if not violations:
         return None
     text = format_violations(violations)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kevin_agent.evaluate.source.ast_lock import PARSE_LOCK
 from kevin_agent.evaluate.source.consts import Budget, ConstEval, NotStatic, bind_assignments
 
 # Parameter order of load_inline in torch 2.4 ... 2.14 (sycl_sources arrived in 2.7, after
@@ -66,7 +67,8 @@ def load_inline_parameter_order() -> tuple[str, ...]:
         if origin is None:
             return _NEW_ORDER
         path = Path(origin).parent / "utils" / "cpp_extension.py"
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        with PARSE_LOCK:  # threads must not parse at once (ast_lock)
+            tree = ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError, ImportError):
         return _NEW_ORDER
     for node in tree.body:
@@ -144,7 +146,8 @@ def _enclosing_functions(tree: ast.Module) -> dict[ast.Call, list[ast.AST]]:
 def extract_static(code: str) -> list[ExtensionSpec]:
     """Specs of every load_inline call, in source order. Raises NotStatic, SyntaxError or
     ConstantTooLarge (folding past its bounds)."""
-    tree = ast.parse(code)
+    with PARSE_LOCK:  # threads must not parse at once (ast_lock)
+        tree = ast.parse(code)
     module_env: dict[str, Any] = {}
     budget = Budget()
     bind_assignments(tree.body, module_env, budget)
