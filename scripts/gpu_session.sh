@@ -3,7 +3,7 @@
 #
 #   bash scripts/gpu_session.sh 1       # tests: provenance, guards; eval_bench, eval_cli; the worker
 #                                       # profile in the time left
-#   bash scripts/gpu_session.sh 2       # tests: worker, lease, warm evaluator, loop, sandbox, accept, attacks,
+#   bash scripts/gpu_session.sh 2       # tests: worker, lease, warm evaluator, loop, bench, sandbox, accept, attacks,
 #                                       # Ray (--cluster on a local head); dropin bench
 #   bash scripts/gpu_session.sh 3       # no tests: the speed benches (issue 20), record_verdicts, a kevin
 #                                       # bench table (21)
@@ -65,6 +65,7 @@ BUDGET="${2:-530}"
 case "$PART" in
   1) TESTS=(tests/gpu/test_gpu_provenance.py tests/gpu/test_gpu_guards.py) ;;
   2) TESTS=(tests/gpu/test_gpu_worker.py tests/gpu/test_gpu_lease.py tests/gpu/test_eval_daemon_gpu.py tests/gpu/test_loop_gpu.py
+            tests/gpu/test_bench_gpu.py
             tests/gpu/test_sandbox_gpu.py tests/gpu/test_accept_gpu.py tests/gpu/test_attacks_gpu.py
             tests/gpu/test_ray_gpu.py) ;;
   3) TESTS=() ;;
