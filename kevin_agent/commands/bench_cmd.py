@@ -129,7 +129,7 @@ def _play(service: Any, manifest: Any, manifests: Any, parallel: int) -> Any:
     def say(line: str) -> None:
         print(f"kevin bench: {line}", file=sys.stderr, flush=True)
 
-    say(f"{manifest.bench_id}: {len(manifest.tasks)} tasks, up to {parallel} at once")
+    say(f"{manifest.bench_id}: {len(manifest.tasks)} tasks, up to {min(parallel, len(manifest.tasks))} at once")
     with live if live is not None else contextlib.nullcontext():
         return play_interruptible(
             lambda cancel: play_benchmark(service, manifest, manifests, say, cancel, live or _ignore, parallel),
