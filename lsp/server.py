@@ -67,6 +67,7 @@ class KevinServer(LanguageServer):
         self.runs = RunManager(self._open_run, self.reporter)
         self.loop: Optional[asyncio.AbstractEventLoop] = None
         self._reported_problems: tuple[str, ...] = ()
+        self._reported_notes: set[str] = set()
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -135,6 +136,10 @@ class KevinServer(LanguageServer):
         if problems and tuple(problems) != self._reported_problems:
             self._reported_problems = tuple(problems)
             self.show(lsp_settings.problems_message(problems), types.MessageType.Warning)
+        for note in lsp_settings.deprecation_notes(raw):
+            if note not in self._reported_notes:
+                self._reported_notes.add(note)
+                self.show(f"Kevin: {note}", types.MessageType.Warning)
 
     async def fetch_configuration(self) -> None:
         if not self._capability("workspace", "configuration"):

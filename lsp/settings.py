@@ -1,6 +1,8 @@
 """Editor settings (initializationOptions / workspace configuration section "kevin"), validated.
 
-A bad value never stops the server: it is named in one message and its default is used.
+A bad value never stops the server: it is named in one message and its default is used. The
+endpoint's setting is ``baseUrl`` (the CLI's ``--base-url``, the config's ``base_url``); the old
+name ``endpoint`` is still read, with a note saying to rename it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ class LspSettings:
     """What a run started from the editor uses; None: the project config / environment decides."""
 
     backend: Optional[str] = None  # "openai" | "vllm" | "scripted"
-    endpoint: Optional[str] = None  # OpenAI-compatible base URL, e.g. http://localhost:8000/v1
+    base_url: Optional[str] = None  # OpenAI-compatible base URL, e.g. http://localhost:8000/v1
     model: Optional[str] = None
     script: Optional[str] = None  # scripted backend: file of recorded responses (tests, demos)
     trajectories: int = 4
@@ -34,7 +36,7 @@ class LspSettings:
 
     def backend_flags(self) -> dict[str, Any]:
         """The BackendSettings overrides these settings make (None: not set)."""
-        return {"backend": self.backend, "base_url": self.endpoint, "model": self.model,
+        return {"backend": self.backend, "base_url": self.base_url, "model": self.model,
                 "script": self.script}
 
     def eval_flags(self) -> dict[str, Any]:
@@ -80,9 +82,11 @@ def _endpoint(value: Any) -> str:
     return text
 
 
+DEPRECATED = {"endpoint": "baseUrl"}  # old setting name -> its name now (read when the new one is unset)
+_FIELDS = {"baseUrl": "base_url"}  # setting name -> LspSettings field, where they differ
 _CHECKS = {
     "backend": _backend,
-    "endpoint": _endpoint,
+    "baseUrl": _endpoint,
     "model": _text,
     "script": _text,
     "trajectories": _count(MAX_TRAJECTORIES),
@@ -105,15 +109,24 @@ def parse_settings(raw: Any, base: LspSettings = LspSettings()) -> tuple[LspSett
     """Settings from raw options over ``base``; problems as short phrases (their defaults kept)."""
     values: dict[str, Any] = {}
     problems: list[str] = []
-    for key, value in section_of(raw).items():
+    section = section_of(raw)
+    for written, value in section.items():
+        key = DEPRECATED.get(written, written)
         check = _CHECKS.get(key)
-        if check is None or value is None:
-            continue  # other keys belong to the editor
+        if check is None or value is None or (key != written and section.get(key) is not None):
+            continue  # other keys belong to the editor; a new name set beats its old one
         try:
-            values[key] = check(value)
+            values[_FIELDS.get(key, key)] = check(value)
         except (ValueError, TypeError) as err:
-            problems.append(f"{SECTION}.{key} = {value!r} ({err})")
+            problems.append(f"{SECTION}.{written} = {value!r} ({err})")
     return dataclasses.replace(base, **values), problems
+
+
+def deprecation_notes(raw: Any) -> list[str]:
+    """One note per deprecated setting name in use."""
+    section = section_of(raw)
+    return [f"{SECTION}.{old} is deprecated: rename it {SECTION}.{new} (as the CLI's --base-url and the "
+            "config's base_url)" for old, new in DEPRECATED.items() if section.get(old) is not None]
 
 
 def problems_message(problems: list[str]) -> str:

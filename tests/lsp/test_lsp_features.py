@@ -94,12 +94,19 @@ async def test_actions_inside_classes_with_reasons_and_the_quick_fix_edit(launch
 async def test_bad_settings_one_message_and_defaults(launch, tmp_path, repo):
     editor, _ = await launch(server_env(tmp_path), repo,
                              init_options={"kevin": {"trajectories": "many", "turns": 0,
-                                                     "endpoint": "localhost:8000", "model": "m"}})
+                                                     "baseUrl": "localhost:8000", "model": "m"}})
     message = await wait_until(lambda: editor.client.messages, what="the settings message")
     assert len(message) == 1 and message[0].type == types.MessageType.Warning
     text = message[0].message
-    assert "kevin.trajectories" in text and "kevin.turns" in text and "kevin.endpoint" in text
+    assert "kevin.trajectories" in text and "kevin.turns" in text and "kevin.baseUrl" in text
     assert "kevin.model" not in text
+
+
+async def test_the_old_endpoint_setting_works_and_says_to_rename_it(launch, tmp_path, repo):
+    editor, _ = await launch(server_env(tmp_path), repo, init_options={"kevin": {"endpoint": "http://gpu:8000/v1"}})
+    message = await wait_until(lambda: editor.client.messages, what="the deprecation note")
+    assert len(message) == 1 and message[0].type == types.MessageType.Warning
+    assert "kevin.endpoint is deprecated: rename it kevin.baseUrl" in message[0].message
 
 
 async def test_malformed_requests_get_errors_and_the_server_keeps_serving(launch, tmp_path, repo):

@@ -1,5 +1,6 @@
 // Kevin for VS Code: starts `kevin lsp` with vscode-languageclient and adds commands that run the
 // server's kevin.* commands on the nn.Module class at the cursor. All logic lives in the server.
+import * as fs from "fs";
 import * as vscode from "vscode";
 import {
   DidChangeConfigurationNotification,
@@ -8,32 +9,41 @@ import {
   ServerOptions,
   TransportKind,
 } from "vscode-languageclient/node";
+import { resolveServerCommand } from "./serverCommand";
+import { deprecationNote, userSettings } from "./settings";
 
 let client: LanguageClient | undefined;
-
-const SETTINGS = [
-  "backend", "endpoint", "model", "script", "trajectories", "turns", "policy", "sandbox", "cluster",
-] as const;
+let notedDeprecations = "";
 
 /** Only the settings the user set (user, workspace or folder): defaults are left to the project's
  * kevin.toml / [tool.kevin] and the environment, which the server reads itself. */
 function kevinSettings(): Record<string, unknown> {
   const config = vscode.workspace.getConfiguration("kevin");
-  const values: Record<string, unknown> = {};
-  for (const key of SETTINGS) {
+  const { values, deprecated } = userSettings((key) => {
     const found = config.inspect(key);
-    const value = found?.workspaceFolderValue ?? found?.workspaceValue ?? found?.globalValue;
-    if (value !== undefined && value !== "") {
-      values[key] = value;
-    }
+    return found?.workspaceFolderValue ?? found?.workspaceValue ?? found?.globalValue;
+  });
+  const note = deprecationNote(deprecated);
+  if (note && note !== notedDeprecations) {
+    notedDeprecations = note;  // once per change, not on every configuration request
+    void vscode.window.showWarningMessage(note);
   }
   return values;
 }
 
+function isExecutable(file: string): boolean {
+  try {
+    fs.accessSync(file, fs.constants.X_OK);
+    return fs.statSync(file).isFile();
+  } catch {
+    return false;
+  }
+}
+
 function makeClient(): LanguageClient {
-  const [command, ...args] = vscode.workspace
-    .getConfiguration("kevin")
-    .get<string[]>("serverCommand", ["kevin", "lsp"]);
+  const configured = vscode.workspace.getConfiguration("kevin").get<string[]>("serverCommand", ["kevin", "lsp"]);
+  const folders = (vscode.workspace.workspaceFolders ?? []).map((folder) => folder.uri.fsPath);
+  const [command, ...args] = resolveServerCommand(configured, folders, isExecutable);
   const serverOptions: ServerOptions = { command, args, transport: TransportKind.stdio };
   const clientOptions: LanguageClientOptions = {
     documentSelector: [{ scheme: "file", language: "python" }],

@@ -1,5 +1,5 @@
 -- kevin-agent for Neovim 0.7+: starts `kevin lsp` for Python buffers and adds :Kevin* commands.
---   require('kevin').setup{ settings = { backend = 'openai', endpoint = 'http://localhost:8000/v1',
+--   require('kevin').setup{ settings = { backend = 'openai', baseUrl = 'http://localhost:8000/v1',
 --                                        model = 'cognition-ai/Kevin-32B', trajectories = 4, turns = 4 } }
 -- With the default cmd, the project's own .venv/bin/kevin (or venv/bin/kevin) is used when it
 -- exists, so Neovim need not be started from an activated virtual environment.
@@ -10,13 +10,35 @@ M.VENVS = { '.venv', 'venv' }  -- project folders searched for bin/kevin
 M.config = {
   cmd = { 'kevin', 'lsp' },   -- 'kevin' (the default) is looked up in the project's venv first
   filetypes = { 'python' },
-  settings = {},      -- the "kevin" section: backend, endpoint, model, trajectories, turns
+  settings = {},      -- the "kevin" section: backend, baseUrl, model, trajectories, turns
   handlers = {},      -- extra LSP handlers (merged over the defaults below)
   on_attach = nil,
   codelens = true,    -- refresh code lenses on enter / after writes
 }
 
 local client_id = nil
+
+M.DEPRECATED = { endpoint = 'baseUrl' }  -- old setting name -> its name now (the CLI's --base-url)
+
+-- The settings sent to the server: old names read as their new ones (a new name set wins), and a
+-- note naming the old names in use (nil when none).
+function M.server_settings(settings)
+  local sent, renames = vim.deepcopy(settings or {}), {}
+  for old, new in pairs(M.DEPRECATED) do
+    if sent[old] ~= nil then
+      if sent[new] == nil then
+        sent[new] = sent[old]
+      end
+      sent[old] = nil
+      table.insert(renames, string.format('settings.%s -> settings.%s', old, new))
+    end
+  end
+  if #renames == 0 then
+    return sent, nil
+  end
+  return sent, 'kevin: rename the deprecated ' .. table.concat(renames, ', ')
+    .. " (as the CLI's --base-url and the config's base_url)"
+end
 
 local function notify(msg, level)
   vim.notify(msg, level or vim.log.levels.INFO)
@@ -92,12 +114,16 @@ function M.start(bufnr)
     end
     local handlers = vim.tbl_extend('force', { ['window/showDocument'] = show_document },
       M.config.handlers or {})
+    local settings, note = M.server_settings(M.config.settings)
+    if note then
+      notify(note, vim.log.levels.WARN)
+    end
     client_id = vim.lsp.start_client({
       name = 'kevin',
       cmd = cmd,
       root_dir = root,
-      init_options = { kevin = M.config.settings },
-      settings = { kevin = M.config.settings },
+      init_options = { kevin = settings },
+      settings = { kevin = settings },
       handlers = handlers,
       on_attach = function(c, b)
         refresh_lenses()
