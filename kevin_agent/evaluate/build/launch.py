@@ -74,63 +74,113 @@ def _match_forward(code: str, i: int, open_ch: str, close_ch: str) -> int:
     raise SplitRefused("unbalanced brackets in a kernel launch")
 
 
-def _enclosing_dispatch(code: str, pos: int) -> str | None:
-    best: str | None = None
-    for match in re.finditer(r"\b(AT_DISPATCH_\w+)\s*\(", code[:pos]):
-        close = _match_forward(code, match.end() - 1, "(", ")")
-        if close > pos:
-            best = match.group(1)
-    return best
+# Bounds checked before any work on a launch: real launches are a few dozen characters, and a
+# scan past them (template arguments read backwards, a configuration to its ">>>") over a source of
+# thousands of launches would make the parent's work quadratic in the candidate's text.
+MAX_TEMPLATE_ARGS = 4096
+MAX_CONFIG = 4096
+
+
+def matching_parens(code: str) -> dict[int, int]:
+    """The index of the ``)`` closing each ``(`` of ``code`` (unclosed ones left out), in one pass."""
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    for match in re.finditer(r"[()]", code):
+        if match.group() == "(":
+            stack.append(match.start())
+        elif stack:
+            pairs[stack.pop()] = match.start()
+    return pairs
+
+
+def _dispatch_spans(code: str, pairs: dict[int, int]) -> list[tuple[int, int, str]]:
+    """(start, close, macro) of every ``AT_DISPATCH_*(...)`` in ``code``, in order of start."""
+    spans = []
+    for match in re.finditer(r"\b(AT_DISPATCH_\w+)\s*\(", code):
+        close = pairs.get(match.end() - 1)
+        if close is None:
+            raise SplitRefused("unbalanced brackets in a kernel launch")
+        spans.append((match.start(), close, match.group(1)))
+    return spans
+
+
+class _Enclosing:
+    """The innermost AT_DISPATCH_* macro around each launch, for launches asked in order of
+    position: one sweep over the macros (they nest like the brackets they are made of)."""
+
+    def __init__(self, spans: list[tuple[int, int, str]]) -> None:
+        self.spans, self.next, self.open = spans, 0, []  # type: ignore[var-annotated]
+
+    def at(self, pos: int) -> str | None:
+        while self.next < len(self.spans) and self.spans[self.next][0] < pos:
+            self.open.append(self.spans[self.next])
+            self.next += 1
+        while self.open and self.open[-1][1] <= pos:
+            self.open.pop()
+        inner = [span for span in self.open[-1:] if span[1] > pos]
+        return inner[0][2] if inner else None
 
 
 def find_launches(text: str, code: str) -> list[Launch]:
-    """All launches in a chunk; ``code`` is the chunk with comments and literals blanked."""
-    launches = []
+    """All launches in a chunk; ``code`` is the chunk with comments and literals blanked. Linear in
+    the chunk: brackets are paired once, each launch's own text is read a bounded number of times."""
+    launches: list[Launch] = []
+    pairs = matching_parens(code)
+    enclosing = _Enclosing(_dispatch_spans(code, pairs))
     for match in re.finditer(r"<<<", code):
         p = match.start()
-        j = p - 1
-        while j >= 0 and code[j].isspace():
-            j -= 1
-        template_args = None
-        if j >= 0 and code[j] == ">":
-            depth, k = 0, j
-            while k >= 0:
-                depth += {">": 1, "<": -1}.get(code[k], 0)
-                if depth == 0:
-                    break
-                k -= 1
-            if k < 0:
-                raise SplitRefused("unreadable template arguments at a kernel launch")
-            template_args = code[k + 1 : j].strip()
-            j = k - 1
-            while j >= 0 and code[j].isspace():
-                j -= 1
+        if launches and p < launches[-1].end:
+            raise SplitRefused("a kernel launch inside another launch")
+        j, template_args = _template_args_before(code, p)
         end_name = j + 1
         while j >= 0 and (code[j].isalnum() or code[j] == "_"):
             j -= 1
         name = code[j + 1 : end_name]
         if not IDENT.fullmatch(name or "-") or code[max(0, j - 1) : j + 1] in ("::", "->") or code[j : j + 1] == ".":
             raise SplitRefused("kernel launch of a qualified or computed kernel name")
-        close_cfg = code.find(">>>", p + 3)
+        close_cfg = code.find(">>>", p + 3, p + 3 + MAX_CONFIG)
         if close_cfg < 0:
-            raise SplitRefused("kernel launch without >>>")
+            raise SplitRefused(f"kernel launch without >>> in the {MAX_CONFIG} characters after <<<")
         config = split_top_level(code[p + 3 : close_cfg])
         if not 2 <= len(config) <= 4 or not all(config):
             raise SplitRefused("kernel launch configuration is not <<<grid, block[, smem[, stream]]>>>")
         k = close_cfg + 3
         while k < len(code) and code[k].isspace():
             k += 1
-        if k >= len(code) or code[k] != "(":
+        if k >= len(code) or code[k] != "(" or k not in pairs:
             raise SplitRefused("kernel launch without an argument list")
-        close_args = _match_forward(code, k, "(", ")")
+        close_args = pairs[k]
         launches.append(
             Launch(
                 start=j + 1, end=close_args + 1, kernel=name, template_args=template_args,
                 config=_original_parts(text, code, p + 3, close_cfg),
-                args=text[k + 1 : close_args], dispatch=_enclosing_dispatch(code, p),
+                args=text[k + 1 : close_args], dispatch=enclosing.at(p),
             )
         )
     return launches
+
+
+def _template_args_before(code: str, p: int) -> tuple[int, str | None]:
+    """(index of the last character of the kernel's name, its template arguments or None) for the
+    launch whose ``<<<`` is at ``p``; the arguments are read back at most MAX_TEMPLATE_ARGS."""
+    j = p - 1
+    while j >= 0 and code[j].isspace():
+        j -= 1
+    if j < 0 or code[j] != ">":
+        return j, None
+    depth, k, stop = 0, j, max(-1, j - MAX_TEMPLATE_ARGS)
+    while k > stop:
+        depth += {">": 1, "<": -1}.get(code[k], 0)
+        if depth == 0:
+            break
+        k -= 1
+    if k <= stop:
+        raise SplitRefused("unreadable template arguments at a kernel launch")
+    template_args = code[k + 1 : j].strip()
+    j = k - 1
+    while j >= 0 and code[j].isspace():
+        j -= 1
+    return j, template_args
 
 
 def _original_parts(text: str, code: str, start: int, end: int) -> list[str]:

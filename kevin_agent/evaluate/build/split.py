@@ -48,6 +48,10 @@ DEVICE_PRELUDE = (
 HOST_PRELUDE = "#include <cuda.h>\n#include <cuda_runtime.h>\n"
 
 HOST, DEVICE, BOTH = "host", "device", "both"
+# Counted before the work (real sources have a few dozen of each): past them the build takes the whole
+# path, where only the compilers read the source, confined. The work below is linear besides.
+MAX_LAUNCHES = 2000
+MAX_CHUNKS = 20000
 
 
 @dataclass(frozen=True)
@@ -201,7 +205,11 @@ def split_cuda_source(source: str) -> SplitSources:
     """Split one (joined) cuda_sources text; raises SplitRefused with the reason to fall back."""
     if "<<<" not in source and "__global__" not in source:
         raise SplitRefused("no kernel in the CUDA source")
+    if source.count("<<<") > MAX_LAUNCHES:
+        raise SplitRefused(f"more than {MAX_LAUNCHES} kernel launches")
     chunks = raw_chunks(source)
+    if len(chunks) > MAX_CHUNKS:
+        raise SplitRefused(f"more than {MAX_CHUNKS} top-level declarations")
     for chunk in chunks:
         classify(chunk)
     splitter = _Splitter(chunks, _place(chunks))
@@ -240,6 +248,8 @@ class _Splitter:
         self.device_parts: list[str] = [DEVICE_PRELUDE]
         self.declared: set[str] = set()
         self.instantiations: list[str] = []
+        self.instantiated: set[str] = set()
+        self.prototypes = _prototypes(chunks, sides)
 
     def add(self, chunk: Chunk, side: str) -> None:
         if side in (DEVICE, BOTH):
@@ -256,17 +266,20 @@ class _Splitter:
         self.host_parts.append(_line(chunk.line) + _ensure_newline(text))
 
     def _rewrite_launches(self, text: str, launches: list[Launch]) -> str:
-        """Each ``k<<<...>>>(...)`` becomes a call of the generated launcher (declared once)."""
-        for launch in sorted(launches, key=lambda x: x.start, reverse=True):
+        """Each ``k<<<...>>>(...)`` becomes a call of the generated launcher (declared once); the
+        text is rebuilt once (launches never overlap: ``find_launches``)."""
+        pieces, last = [], 0
+        for launch in sorted(launches, key=lambda x: x.start):
             sig = self.kernels.get(launch.kernel)
             if sig is None:
                 raise SplitRefused(f"launch of '{launch.kernel}', which is not a kernel of this source")
             self._instantiate(sig, launch)
-            text = text[: launch.start] + rewrite_launch(text, launch) + text[launch.end :]
+            pieces += [text[last : launch.start], rewrite_launch(text, launch)]
+            last = launch.end
             if launch.kernel not in self.declared:
                 self.declared.add(launch.kernel)
                 self.host_parts.append(_line(1, GENERATED_NAME) + launcher_declaration(sig) + "\n")
-        return text
+        return "".join(pieces) + text[last:]
 
     def _instantiate(self, sig: KernelSignature, launch: Launch) -> None:
         if sig.template_params is None:
@@ -278,13 +291,14 @@ class _Splitter:
             raise SplitRefused(f"templated kernel '{launch.kernel}' is launched with deduced template arguments")
         for args in concrete_template_args(launch, self.visible_both):
             inst = launcher_instantiation(sig, args)
-            if inst not in self.instantiations:
+            if inst not in self.instantiated:
+                self.instantiated.add(inst)
                 self.instantiations.append(inst)
 
     def _declare_device_names(self, chunk: Chunk, code: str) -> None:
         """Host code naming a function defined in the kernel file gets its prototype."""
         for name in sorted(set(IDENT.findall(code)) & self.device_only):
-            proto = _prototype_for(self.chunks, self.sides, name)
+            proto = self.prototypes.get(name)
             if proto is None:
                 what = ("constant memory written from host code" if "cudaMemcpyToSymbol" in code
                         else f"torch code uses device-side name '{name}'")
@@ -303,17 +317,21 @@ class _Splitter:
 
 
 def _blank_launches(code: str, launches: list[Launch]) -> str:
-    for launch in launches:
-        code = code[: launch.start] + " " * (launch.end - launch.start) + code[launch.end :]
-    return code
+    pieces, last = [], 0
+    for launch in sorted(launches, key=lambda x: x.start):
+        pieces += [code[last : launch.start], " " * (launch.end - launch.start)]
+        last = launch.end
+    return "".join(pieces) + code[last:]
 
 
-def _prototype_for(chunks: list[Chunk], sides: list[str], name: str) -> str | None:
-    """A host prototype for a plain (non-static, non-inline) host function defined in the .cu."""
+def _prototypes(chunks: list[Chunk], sides: list[str]) -> dict[str, str | None]:
+    """For each plain (non-static, non-inline) host function defined in the .cu, its host
+    prototype (None where it has none: inline, static, device code in its head); the first
+    definition of a name counts. Built once: looked up per name, never searched per name."""
+    found: dict[str, str | None] = {}
     for chunk, side in zip(chunks, sides):
-        if chunk.name == name and chunk.kind == "plain_fn" and side == DEVICE and "{" in chunk.code:
+        name = chunk.name
+        if name and name not in found and chunk.kind == "plain_fn" and side == DEVICE and "{" in chunk.code:
             head = chunk.text[: chunk.code.find("{")].strip()
-            if _odr_safe_function(chunk) or DEVICE_BODY.search(head):
-                return None
-            return head + ";"
-    return None
+            found[name] = None if _odr_safe_function(chunk) or DEVICE_BODY.search(head) else head + ";"
+    return found
