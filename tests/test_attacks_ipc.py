@@ -177,3 +177,27 @@ def test_ipc_calls_are_refused_in_every_candidate_layer_on_both_architectures():
             assert IPC_CALLS <= set(denied), (arch, IPC_CALLS - set(denied))
         _, startup = seccomp.build_filter(network=False, processes=True, arch=arch, metadata=True)
         assert not IPC_CALLS & set(startup)
+
+
+@pytest.mark.parametrize("confined", (False, True), ids=("control", "confined"))
+def test_the_gpu_workers_candidate_layer_refuses_ipc_too(tmp_path, victim_segment, confined):
+    """The CPU stand-in of tests/gpu/test_sandbox_gpu.py::test_ipc_in_a_cuda_candidate_is_refused:
+    the worker's candidate layer (``worker_policy``) through the launcher, as a GPU lane starts it."""
+    from kevin_agent.evaluate.sandbox import worker_policy
+
+    key, secret = victim_segment
+    script = tmp_path / "attack.py"
+    script.write_text(ATTACK.format(key=key, rdonly=SHM_RDONLY, mq=MQ_NAME).split("from torch")[0])
+    argv = launch_command(worker_policy(tmp_path, gpu=False), ["kevin_agent.evaluate.sandbox.attack_run", str(script)],
+                          "required" if confined else "off", module=True)
+    before = ipc_state()
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path, stdin=subprocess.DEVNULL)
+        assert "found" in proc.stderr, proc.stderr[-2000:]
+        if confined:
+            assert secret not in proc.stderr and "shmget errno 1" in proc.stderr
+            assert ipc_state() == before and not posix_queue_exists(MQ_NAME)
+        else:
+            assert secret in proc.stderr
+    finally:
+        _clean_up(before)

@@ -181,3 +181,82 @@ print("OUT:" + json.dumps({{"first": first.applied, "ok1": bool(ok1), "threads":
     log_record({"event": "sandbox-torch-compile", **out})
     assert out["ok1"], out
     assert out["after"] != "ok", "torch.compile was expected to need processes once the candidate layer is on"
+
+
+MQ_NAME = "/kevin-gpu-ipc-attack"
+
+
+def ipc_state() -> dict[str, list[str]]:
+    """Every System V object of this IPC namespace (``ipcs``), by key and id."""
+    return {kind: sorted(" ".join(line.split()[:2]) for line in open(f"/proc/sysvipc/{kind}").read().splitlines()[1:])
+            for kind in ("shm", "msg", "sem")}
+
+
+def _clean_up(before: dict[str, list[str]]) -> None:
+    """Remove what a control run left: objects not there before, and the POSIX queue."""
+    import ctypes
+
+    lib = ctypes.CDLL(None, use_errno=True)
+    for kind, remove in (("shm", lib.shmctl), ("msg", lib.msgctl)):
+        for entry in set(ipc_state()[kind]) - set(before[kind]):
+            remove(int(entry.split()[1]), 0, None)
+    lib.mq_unlink(MQ_NAME.encode())
+
+
+def posix_queue_exists(name: str) -> bool:
+    import ctypes
+
+    fd = ctypes.CDLL(None, use_errno=True).mq_open(name.encode(), os.O_RDONLY)
+    if fd >= 0:
+        os.close(fd)
+    return fd >= 0
+
+
+IPC_ATTACK = (
+    "import ctypes as _c, os as _o\n_l = _c.CDLL(None, use_errno=True)\n"
+    "_l.shmat.restype = _c.c_void_p\n_l.shmat.argtypes = [_c.c_int, _c.c_void_p, _c.c_int]\n"
+    "_id = _l.shmget({key}, 0, 0)\n_e1 = _c.get_errno()\n"
+    "_seen = _c.string_at(_l.shmat(_id, None, 0o10000), 40).split(b'\\0')[0].decode() if _id >= 0 else ''\n"
+    "_q = _l.mq_open({mq!r}.encode(), _o.O_CREAT | _o.O_RDWR, 0o600, None)\n_e2 = _c.get_errno()\n"
+    "_m = _l.msgget(0, 0o1600)\n"
+    "raise RuntimeError('ipc shmget=%d errno=%d seen=%r mq=%d errno=%d msg=%d' % (_id, _e1, _seen, _q, _e2, _m))\n"
+)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("where", ("import", "forward"))
+@pytest.mark.parametrize("confined", (False, True), ids=("control", "confined"))
+def test_ipc_in_a_cuda_candidate_is_refused(pools, sandbox_cache, where, confined):
+    """Candidate code in the GPU worker attaches another program's shared memory (a secret in
+    it) and makes a POSIX queue and a System V queue: the candidate layer's filter refuses all
+    (EPERM), in the worker's own IPC namespace; the control (sandbox off) reads the secret."""
+    import ctypes
+    import secrets
+
+    lib = ctypes.CDLL(None, use_errno=True)
+    lib.shmat.restype = ctypes.c_void_p
+    lib.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    key, secret = secrets.randbits(30) + 1, "GPU-IPC-SECRET-" + secrets.token_hex(6)
+    shmid = lib.shmget(key, 4096, 0o1600)
+    ctypes.memmove(lib.shmat(shmid, None, 0), secret.encode() + b"\0", len(secret) + 1)
+    before = ipc_state()
+    plain, boxed = pools
+    code = IPC_ATTACK.format(key=key, mq=MQ_NAME)
+    try:
+        if where == "forward":
+            code = code.replace("\n", "\n    ")
+        source = _with_attack(correct_candidate("add"), code, where, {})
+        result = run_job(boxed if confined else plain, sandbox_cache, task_source("add"), source,
+                         f"sandbox/ipc/{where}/{confined}", sandbox="required" if confined else "off",
+                         with_torch_compile=False, timing_trials=5, warmup_trials=1)
+        message = result.verdict.message
+        log_record({"event": "sandbox-ipc", "where": where, "confined": confined, "message": message[-600:]})
+        assert "ipc shmget=" in message, (message, result.stderr_tail)
+        if confined:
+            assert secret not in message and "shmget=-1 errno=1" in message and "mq=-1 errno=1" in message
+            assert ipc_state() == before and not posix_queue_exists(MQ_NAME)
+        else:
+            assert secret in message
+    finally:
+        _clean_up(before)
+        lib.shmctl(shmid, 0, None)
