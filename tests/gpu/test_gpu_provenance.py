@@ -302,6 +302,27 @@ def test_fp64_the_same_matmul_in_tf32_fails(worker_pool, prov_cache):
     assert d.correctness.error_vs_fp64 > 10 * d.correctness.reference_error_vs_fp64
 
 
+def test_a_diagonal_only_covariance_fails_on_the_trials_exercised_inputs(worker_pool, prov_cache):
+    """Covariance of features far from zero (the reference's own E[x x^T] - mean mean^T): on plain
+    ``get_inputs()`` alone (one trial, the control) an answer that keeps only the diagonal is within
+    the float64 gate; the later trials' correlated or re-centred inputs (worker/exercise.py) reject
+    it, in the worker and in the judge alike. An honest two-pass kernel passes every trial."""
+    task = prov_task("cov_far_from_zero")
+    control, result = run(worker_pool, prov_cache, task, prov_candidate("cov_diagonal_only"),
+                          "exercise/diagonal-plain-only", correctness_trials=1)
+    assert (control.stage, control.ok) == (Stage.TIMING, True), describe(control, result)
+    verdict, result = run(worker_pool, prov_cache, task, prov_candidate("cov_diagonal_only"),
+                          "exercise/diagonal", correctness_trials=5)
+    assert (verdict.stage, verdict.ok) == (Stage.CORRECTNESS, False), describe(verdict, result)
+    assert "that trial's inputs: get_inputs()" in verdict.message and "trial 1 of 5" not in verdict.message
+    honest, result = run(worker_pool, prov_cache, task, prov_candidate("cov_centred"), "exercise/centred",
+                         correctness_trials=5)
+    assert (honest.stage, honest.ok) == (Stage.TIMING, True), describe(honest, result)
+    sets = honest.details.correctness.input_sets or []
+    assert len(sets) == 5 and not any("skipped" in s for s in sets), sets
+    assert (honest.details.correctness.judged_calls or 0) >= 11  # 5 trials x 2 + a timed call
+
+
 def test_product_reduction_that_underflows_is_not_called_constant(worker_pool, prov_cache):
     verdict, result = run(worker_pool, prov_cache, prov_task("prod_underflow"), prov_candidate("prod_flush_to_zero"),
                           "fp64/underflow", correctness_trials=5)

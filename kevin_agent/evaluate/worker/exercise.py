@@ -146,13 +146,13 @@ def mix_along(work: Any, dim: int, generator: Any) -> Any:
 
 def offset_scaled(work: Any, low: float, high: float, generator: Any) -> Any:
     """``a * (work + s)`` with ``a`` in [0.5, 2]. A tensor of one strict sign moves towards zero,
-    ``s`` = -0.75 to -0.99 of its value nearest zero (data far from zero lose the cancellation
+    ``s`` = -0.9 to -0.99 of its value nearest zero (data far from zero lose the cancellation
     that makes eager's own error large); any other moves by 0.5 to 1.5 standard deviations,
     ``s >= 0`` where no value is negative and ``s <= 0`` where none is positive."""
     draws = torch_rand(3, generator)
     scale = 0.5 * 4.0 ** draws[0]
     if low > 0 or high < 0:
-        shift = -(0.75 + 0.24 * draws[1]) * (low if low > 0 else high)
+        shift = -(0.9 + 0.09 * draws[1]) * (low if low > 0 else high)
     else:
         spread = float(work.std().item())
         if not math.isfinite(spread) or spread <= 0:
