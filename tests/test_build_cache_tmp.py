@@ -86,14 +86,32 @@ def test_a_broken_entry_in_the_way_is_replaced(tmp_path, monkeypatch):
 @pytest.mark.parametrize("log", [
     "kevin-sandbox: sandbox required but landlock failed: Invalid argument\n",  # EXIT_UNCONFINED
     "kevin-sandbox: cannot run ninja: No such file or directory\n",
-    "[1/3] g++ ...\ncc1plus: fatal error: /opt/gcc/include/stdio.h: Permission denied\n",
 ])
 def test_a_failure_from_the_sandbox_is_not_cached_as_a_compile_error(tmp_path, monkeypatch, log):
-    cache = stand_in_cache(tmp_path, monkeypatch, lambda tmp: failed(tmp, log))
+    """The launcher's exit status said so: ``run_confined`` marked the entry's folder."""
+    from kevin_agent.evaluate.build.log import SANDBOX_FAILED
+
+    def marked(tmp: Path) -> BuildResult:
+        (tmp / SANDBOX_FAILED).touch()
+        return failed(tmp, log)
+
+    cache = stand_in_cache(tmp_path, monkeypatch, marked)
     result = cache.build(SPEC)
     assert not result.ok and result.errors == log
     assert not entry_dir(cache.root, KEY).exists()
     assert leftovers(cache) == []
+
+
+@pytest.mark.parametrize("log", [
+    "kevin-sandbox: sandbox required but landlock failed: Invalid argument\n",
+    "[1/3] g++ ...\ncc1plus: fatal error: /opt/gcc/include/stdio.h: Permission denied\n",
+])
+def test_the_sandboxs_words_in_a_log_without_the_mark_are_the_sources_failure(tmp_path, monkeypatch, log):
+    """The log carries what the candidate's sources make the compiler print (an ``#error`` can
+    say anything): without the launcher's mark it is a compile error like any other, cached."""
+    cache = stand_in_cache(tmp_path, monkeypatch, lambda tmp: failed(tmp, log))
+    assert not cache.build(SPEC).ok
+    assert read_result(entry_dir(cache.root, KEY)) is not None and cache.build(SPEC).cache_hit
 
 
 def test_a_compile_error_of_the_sources_is_cached(tmp_path, monkeypatch):
