@@ -19,12 +19,16 @@ IMPLAUSIBLE_SPEEDUP = "implausible_speedup"  # over 10x PyTorch eager
 PROVENANCE_UNCHECKED = "provenance_unchecked"  # what ran on the GPU could not be attributed
 TIMED_BELOW_PROFILE = "timed_below_profile"  # the events measured less than the profiler saw one call use
 UNCLASSIFIED = "unclassified"  # an older verdict's flag whose reason names none of the above
+LATE_WORK = "late_work"  # the judge's read of the outputs waited for work after the calls said they were done
+TIMING_DISAGREES = "timing_disagrees"  # the worker's own clock says faster than the judge observed
 TRUST_FLAGS: dict[str, str] = {
     ESCAPED_STREAM: "work escaped the timed stream",
     BEYOND_SPEED_OF_LIGHT: "faster than speed of light",
     IMPLAUSIBLE_SPEEDUP: "implausible speedup",
     PROVENANCE_UNCHECKED: "provenance not checked",
     TIMED_BELOW_PROFILE: "timed below the profiler's record",
+    LATE_WORK: "work after the call returned",
+    TIMING_DISAGREES: "in-process time disagrees with the outside",
     UNCLASSIFIED: "flagged",
 }
 
@@ -157,6 +161,12 @@ class TimingRecord:
     # the baseline (eager / torch.compile timings)
     baseline_cached: bool | None = None  # reused, not re-measured
     baseline_seconds: float | None = None  # how long measuring them took, when this evaluation did
+    # the time observed outside the candidate's process (``evaluate.observe``): per call, in batches
+    timed_outside: bool | None = None  # ``kernel`` and the speedups come from the judge's own clock
+    outside_kernel_ms: float | None = None  # median per call of the candidate's batches, judge's clock
+    outside_eager_ms: float | None = None  # the reference's, same batches and clock
+    outside_calls_per_batch: int | None = None
+    inprocess_kernel_ms: float | None = None  # what the worker's own events said (a cross-check only)
 
     FLAT_NAMES: ClassVar[dict[str, str]] = {}
 

@@ -26,11 +26,13 @@ LAYERS: dict[str, int] = {
     "kevin_agent.evaluate.api": 1, "kevin_agent.evaluate.protocol": 1,
     "kevin_agent.evaluate.processes": 1, "kevin_agent.evaluate.source": 1,
     "kevin_agent.evaluate.judgement": 1, "kevin_agent.evaluate.judge_wire": 1,
+    "kevin_agent.evaluate.observe.report": 1, "kevin_agent.evaluate.observe.wire": 1,
+    "kevin_agent.evaluate.observe.channel": 1,
     "kevin_agent.backends.base": 1, "kevin_agent.tokens": 1, "kevin_agent.prompts": 1,
     "kevin_agent.parsing": 1,
     # 2: code by the process it runs in
     "kevin_agent.evaluate.static": 2, "kevin_agent.evaluate.build": 2, "kevin_agent.evaluate.worker": 2,
-    "kevin_agent.evaluate.judge": 2,
+    "kevin_agent.evaluate.judge": 2, "kevin_agent.evaluate.observe": 2,
     "kevin_agent.evaluate.provenance": 1, "kevin_agent.evaluate.sandbox": 1,
     "kevin_agent.backends": 2,
     # 3: the parent-side evaluator
@@ -50,12 +52,13 @@ LAYERS: dict[str, int] = {
 CHILD_SIDE = ("kevin_agent.evaluate.worker", "kevin_agent.evaluate.build", "kevin_agent.evaluate.source",
               "kevin_agent.evaluate.provenance", "kevin_agent.evaluate.sandbox",
               "kevin_agent.evaluate.static", "kevin_agent.evaluate.judge", "kevin_agent.evaluate.judge_wire",
-              "kevin_agent.evaluate.judgement",
+              "kevin_agent.evaluate.judgement", "kevin_agent.evaluate.observe",
               "kevin_agent.evaluate.protocol", "kevin_agent.evaluate.processes", "kevin_agent.evaluate.api")
 CHILD_MAY_IMPORT = ("kevin_agent.evaluate.worker", "kevin_agent.evaluate.build", "kevin_agent.evaluate.source",
                     "kevin_agent.evaluate.provenance", "kevin_agent.evaluate.sandbox",
                     "kevin_agent.evaluate.static", "kevin_agent.evaluate.protocol", "kevin_agent.evaluate.processes",
                     "kevin_agent.evaluate.api", "kevin_agent.evaluate.judge_wire", "kevin_agent.evaluate.judgement",
+                    "kevin_agent.evaluate.observe",
                     "kevin_agent.data", "kevin_agent.verdict_records",
                     "kevin_agent.safe_text", "kevin_agent.feedback",
                     "kevin_agent.errors", "kevin_agent.atomic", "kevin_agent.paths", "kevin_agent.eval_modes")

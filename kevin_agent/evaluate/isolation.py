@@ -31,6 +31,8 @@ from typing import IO, Optional
 from kevin_agent.data import Stage, Verdict, VerdictDetails
 from kevin_agent.errors import EnvironmentProblem
 from kevin_agent.evaluate.judgement import REPORT_LIMIT_BYTES, JudgeReport, judged_verdict, needs_judge
+from kevin_agent.evaluate.observe.channel import ObserveChannel
+from kevin_agent.evaluate.observe.report import compile_ratio_of
 from kevin_agent.evaluate.processes import (
     crash_reason,
     crash_verdict,
@@ -82,6 +84,7 @@ class _Worker:
     ready: bool = False
     ready_wall: Optional[float] = None
     judge: Optional[subprocess.Popen] = None  # the judge beside it (``evaluate.judge``), started with it
+    observed: bool = False  # the judge took this job at hand-over and observes the worker's calls
 
     @property
     def startup_s(self) -> Optional[float]:
@@ -129,11 +132,15 @@ class WorkerPool:
         judge: bool = True,
         max_spares: Optional[int] = None,
         on_start: Optional[Callable[[float], None]] = None,
+        observe: Optional[bool] = None,
     ) -> None:
         self.command = tuple(command) if command else DEFAULT_WORKER_COMMAND
         self.judge_command = tuple(judge_command) if judge_command else (None if command else DEFAULT_JUDGE_COMMAND)
         if not judge:
             self.judge_command = None
+        # the judge runs and reads the worker's calls itself (``evaluate.observe``): by default with the
+        # default worker, the one that serves it; stand-in workers in tests opt in
+        self.observe = bool(self.judge_command) and (observe if observe is not None else not command)
         self.judge_timeout_s = judge_timeout_s
         self.run_timeout_s = run_timeout_s
         self.start_timeout_s = start_timeout_s
@@ -163,26 +170,34 @@ class WorkerPool:
         stdout_path, stderr_path = scratch / "stdout.log", scratch / "stderr.log"
         env = scrubbed_environment(self.base_env, scratch=str(scratch))  # HOME and TMPDIR: its own folder
         env.update(self.extra_env)
-        with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-            command = self.confine(scratch, self.command) if self.confine else list(self.command)
-            proc = subprocess.Popen(
-                command,
-                stdin=subprocess.PIPE,
-                stdout=out,
-                stderr=err,
-                cwd=work,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
-            )
-        worker = _Worker(proc, scratch, stdout_path, stderr_path, time.monotonic(), time.time())
-        if self.judge_command:
-            worker.judge = self._spawn_judge(scratch, env)
+        channel = ObserveChannel.make(scratch) if self.observe else None
+        try:
+            with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+                command = self.confine(scratch, self.command) if self.confine else list(self.command)
+                proc = subprocess.Popen(
+                    command,
+                    stdin=subprocess.PIPE,
+                    stdout=out,
+                    stderr=err,
+                    cwd=work,
+                    env={**env, **(channel.worker_env if channel else {})},
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=channel.worker_fds if channel else (),
+                )
+            worker = _Worker(proc, scratch, stdout_path, stderr_path, time.monotonic(), time.time())
+            if self.judge_command:
+                worker.judge = self._spawn_judge(scratch, env, channel)
+        finally:
+            if channel is not None:
+                channel.close()  # the children hold their ends; the parent holds none
         return worker
 
-    def _spawn_judge(self, scratch: Path, env: Mapping[str, str]) -> Optional[subprocess.Popen]:
+    def _spawn_judge(self, scratch: Path, env: Mapping[str, str],
+                     channel: Optional[ObserveChannel]) -> Optional[subprocess.Popen]:
         """The judge beside a new worker: its stdin and stdout are pipes only this process holds
-        (its report comes back there, out of the candidate's reach); None when it cannot start."""
+        (its report comes back there, out of the candidate's reach), and its end of the channel
+        to the worker it observes; None when it cannot start."""
         assert self.judge_command is not None
         folder = scratch / "judge"
         folder.mkdir()
@@ -190,7 +205,9 @@ class WorkerPool:
         try:
             with open(scratch / "judge-stderr.log", "wb") as err:
                 return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                        cwd=folder, env=dict(env), start_new_session=True, close_fds=True)
+                                        cwd=folder, env={**env, **(channel.judge_env if channel else {})},
+                                        start_new_session=True, close_fds=True,
+                                        pass_fds=channel.judge_fds if channel else ())
         except OSError:  # the verdict then says the judge did not report: fail closed
             return None
 
@@ -373,6 +390,8 @@ class WorkerPool:
                                   witness_path=worker.scratch / "witness" if self.judge_command else None)
         job_path = worker.scratch / "job.json"
         job_path.write_text(job.to_json())
+        if worker.judge is not None and self._observes(job):
+            worker.observed = self._send_judge(worker.judge, _judge_line(job, observe=True))
         with self._lock:
             self._running = worker
         try:  # stdin stays open: the worker exits when it closes (this process died)
@@ -440,7 +459,9 @@ class WorkerPool:
             if reply.verdict is not None and self.judge_command and needs_judge(verdict):
                 judging = time.monotonic()
                 report, why = self._judge(worker, job)
-                verdict = judged_verdict(verdict, report, job.settings.seed, job.settings.correctness_trials, why)
+                ratio = compile_ratio_of(job.baseline.eager, job.baseline.compiled) if job.baseline else None
+                verdict = judged_verdict(verdict, report, job.settings.seed, job.settings.correctness_trials, why,
+                                         observed=self._observes(job), compile_ratio=ratio)
                 verdict.details.environment.stage_seconds["judge"] = round(time.monotonic() - judging, 4)
                 seconds = time.monotonic() - handed
             return WorkerResult(verdict, worker.pid, seconds, returncode, False, stderr_tail=stderr_tail,
@@ -462,8 +483,10 @@ class WorkerPool:
             return None, "it could not be started"
         if judge.poll() is not None:
             return None, f"it exited with code {judge.returncode} before judging"
-        line = json.dumps({"task_source": job.task_source, "seed": job.settings.seed,
-                           "witness": str(job.witness_path)}) + "\n"
+        if self._observes(job) and not worker.observed:
+            return None, "it could not be given the job beside the worker's"
+        # observed: the job went with the worker's; this line says the worker ended (its witness is whole)
+        line = json.dumps({"worker_ended": True}) + "\n" if worker.observed else _judge_line(job, observe=False)
         try:
             assert judge.stdin is not None and judge.stdout is not None
             judge.stdin.write(line.encode())
@@ -481,6 +504,21 @@ class WorkerPool:
             tail = tail_text(worker.scratch / "judge-stderr.log", lines=2).replace("\n", " | ")
             return None, "it ended without a report" + (f": {tail}" if tail else "")
         return report, ""
+
+    def _observes(self, job: WorkerJob) -> bool:
+        """This pool observes, and ``job`` runs a candidate (a baseline or a build ahead runs none)."""
+        return self.observe and not (job.measure_baseline or job.compile_ahead) and job.witness_path is not None
+
+    @staticmethod
+    def _send_judge(judge: subprocess.Popen, line: str) -> bool:
+        """Write ``line`` to the judge's stdin (kept open); False when it is gone."""
+        try:
+            assert judge.stdin is not None
+            judge.stdin.write(line.encode())
+            judge.stdin.flush()
+            return True
+        except (OSError, ValueError):
+            return False
 
     def close(self) -> None:
         """Kill the spare and any running worker; remove scratch directories."""
@@ -517,6 +555,11 @@ class WorkerPool:
     @property
     def spare_pids(self) -> list[int]:
         return [w.pid for w in list(self._spare_workers)]
+
+
+def _judge_line(job: WorkerJob, observe: bool) -> str:
+    return json.dumps({"task_source": job.task_source, "seed": job.settings.seed, "witness": str(job.witness_path),
+                       "observe": observe}) + "\n"
 
 
 def read_line(pipe: IO[bytes], timeout_s: float, limit: int) -> Optional[bytes]:

@@ -28,8 +28,9 @@ _drop_working_folder()
 import json  # noqa: E402 - after the path is cleaned
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, TextIO  # noqa: E402
+from typing import Any, Optional, TextIO  # noqa: E402
 
 from kevin_agent.evaluate.judgement import CheckedCall, JudgeReport  # noqa: E402
 
@@ -62,8 +63,10 @@ def warm_up(device: Any) -> None:
     warm_checks(device)
 
 
-def judge(line: str, device: Any) -> JudgeReport:
-    """The report for one judge job (a JSON line: ``task_source``, ``seed``, ``witness``)."""
+def judge(line: str, device: Any, worker_ended: Callable[[], str] = sys.stdin.readline) -> JudgeReport:
+    """The report for one judge job (a JSON line: ``task_source``, ``seed``, ``witness``, and
+    ``observe``: the job came with the worker's, so observe it through the channel first, then
+    wait for ``worker_ended`` (the parent's next line) before reading the witness)."""
     try:
         job = json.loads(line)
         source, seed, witness = job["task_source"], job["seed"], Path(job["witness"])
@@ -76,9 +79,56 @@ def judge(line: str, device: Any) -> JudgeReport:
         task, reference = _load_reference(source, seed, device)
     except Exception as exc:  # the task fails here though it ran in the worker
         return JudgeReport(error=f"the reference failed in the judge ({type(exc).__name__}: {str(exc)[:300]})")
+    loaded = time.perf_counter()
+    observation = _observe(task, reference, device) if job.get("observe") is True else None
+    observed_s = time.perf_counter() - loaded
+    if job.get("observe") is True:
+        worker_ended()
     report = _check_witness(task, reference, witness, device, seed)
-    report.seconds["load"] = time.perf_counter() - started - sum(report.seconds.values())
+    report.observation = observation
+    if observation is not None:
+        report.seconds["observe"] = observed_s
+    report.seconds["load"] = loaded - started
     return report
+
+
+def _observe(task: Any, reference: Any, device: Any) -> Optional[Any]:
+    """The worker's calls run on inputs made here and read from here (``observe.observer``);
+    an Observation whose ``error`` says why when the channel is missing or breaks."""
+    from kevin_agent.evaluate.observe.observer import Judged, observe
+    from kevin_agent.evaluate.observe.report import Observation
+    from kevin_agent.evaluate.observe.transport import transport_for
+    from kevin_agent.evaluate.observe.wire import FOLDER_ENV, Channel, ChannelError
+    from kevin_agent.evaluate.worker.correctness import CorrectnessHarness, Fp64Reference, check_outputs, trial_inputs
+    from kevin_agent.evaluate.worker.exercise import VARIANTS
+
+    channel = Channel.from_env()
+    if channel is None:
+        return Observation(error="the judge has no channel to the worker")
+    try:
+        folder = os.environ.get(FOLDER_ENV)
+        transport = transport_for(device, Path(folder) if folder else None)
+    except (ChannelError, OSError) as exc:
+        return Observation(error=f"no shared memory with the worker ({exc})")
+    harness = CorrectnessHarness(reference=reference, candidate=list, get_inputs=list, device=device,
+                                 seed_all=_seed_all, synchronize=lambda: transport.synchronize(), poison=lambda: 0,
+                                 reference64=Fp64Reference(reference))
+
+    def inputs(seed: int) -> list[Any]:
+        """Plain ``get_inputs()`` or one of the variants that exercise the computation
+        (``worker.exercise``), chosen by the seed, which the worker never sees: a candidate that
+        computes honestly only on inputs it recognises as varied is read on both kinds."""
+        variant = seed % (len(VARIANTS) + 1)  # 0: plain; k: the k-th variant, as correctness trial k + 1
+        made, _ = trial_inputs(task.get_inputs, reference, device, _seed_all, seed, seed - 1 - variant)
+        return list(made)
+
+    def check(args: list[Any], got: list[Any], where: str, select: Any) -> list[str]:
+        return check_outputs(harness, args, got, where, select=select)
+
+    try:
+        return observe(channel, transport, Judged(reference, inputs, check))
+    finally:
+        channel.close()
 
 
 def _seed_all(seed: int) -> None:

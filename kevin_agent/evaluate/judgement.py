@@ -20,10 +20,11 @@ from typing import Optional
 
 from kevin_agent import feedback
 from kevin_agent.data import Stage, Verdict
+from kevin_agent.evaluate.observe.report import Observation, observed_verdict
 
 REPORT_LIMIT_BYTES = 1024 * 1024
 # the judge's own clock, per phase, summed over calls (recorded as ``stage_seconds["judge_<phase>"]``)
-JUDGE_PHASES = ("load", "read", "inputs", "compare")
+JUDGE_PHASES = ("load", "read", "inputs", "compare", "observe")
 RUNS_PER_TRIAL = 2  # a correctness trial calls the candidate twice (first run, then again)
 JUDGED_ELSEWHERE = "judged outside your process"
 
@@ -49,10 +50,12 @@ class JudgeReport:
     checked: list[CheckedCall] = field(default_factory=list)
     error: Optional[str] = None
     seconds: dict[str, float] = field(default_factory=dict)  # where its time went (``JUDGE_PHASES``)
+    observation: Optional[Observation] = None  # the worker's calls run and read from outside (``observe``)
 
     def to_json(self) -> str:
         return json.dumps({"checked": [dataclasses.asdict(c) for c in self.checked], "error": self.error,
-                           "seconds": {k: round(v, 4) for k, v in self.seconds.items()}})
+                           "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
+                           "observation": self.observation.to_dict() if self.observation else None})
 
     @classmethod
     def parse(cls, text: str) -> Optional[JudgeReport]:
@@ -68,7 +71,8 @@ class JudgeReport:
             error = raw.get("error")
             seconds = raw.get("seconds") if isinstance(raw.get("seconds"), dict) else {}
             timed = {k: float(v) for k, v in seconds.items() if k in JUDGE_PHASES and type(v) in (int, float)}
-            return cls(checked, None if error is None else str(error), timed)
+            observation = Observation.from_dict(raw.get("observation"))
+            return cls(checked, None if error is None else str(error), timed, observation)
         return None
 
 
@@ -94,9 +98,12 @@ def missing_calls(report: JudgeReport, base_seed: int, trials: int, timed: bool)
 
 
 def judged_verdict(verdict: Verdict, report: Optional[JudgeReport], base_seed: int, trials: int,
-                   why_absent: str = "it did not report") -> Verdict:
+                   why_absent: str = "it did not report", observed: bool = False,
+                   compile_ratio: Optional[float] = None) -> Verdict:
     """``verdict`` as the judge leaves it: unchanged when it failed already or the judge confirms
-    every checked call; else a correctness failure that says what the judge found or lacked."""
+    every checked call; else a correctness failure that says what the judge found or lacked.
+    ``observed``: the judge also ran and read the worker's calls itself, and its observation
+    decides correctness and time (``observe.report.observed_verdict``)."""
     if not needs_judge(verdict):
         return verdict
     d = dataclasses.replace(verdict.details)
@@ -118,4 +125,5 @@ def judged_verdict(verdict: Verdict, report: Optional[JudgeReport], base_seed: i
         return Verdict(Stage.CORRECTNESS, False, feedback.incorrect(text), d)
     d.correctness = dataclasses.replace(d.correctness, judged_calls=len(report.checked))
     d.environment.stage_seconds.update({f"judge_{phase}": s for phase, s in report.seconds.items()})
-    return dataclasses.replace(verdict, details=d)
+    witnessed = dataclasses.replace(verdict, details=d)
+    return observed_verdict(witnessed, report.observation, compile_ratio) if observed else witnessed

@@ -141,9 +141,37 @@ def _evaluate_candidate(job: WorkerJob, cache_dir: Path, ctx: Context, loaded: t
     settle_flags(ctx.details)  # provenance may have flagged it (not checked)
     if ctx.settings.timing_trials <= 0:
         message = _with_profile(_passed_message(ctx.details, feedback.correct_untimed()), ctx)
-        return Verdict(Stage.PROVENANCE, True, message, ctx.details)
+        return _served(ctx, candidate, Verdict(Stage.PROVENANCE, True, message, ctx.details))
     with ctx.stage("timing"):
-        return _timing(ctx, candidate, baseline, peaks, reference, rotation)
+        verdict = _timing(ctx, candidate, baseline, peaks, reference, rotation)
+    return _served(ctx, candidate, verdict)
+
+
+def _served(ctx: Context, candidate: Any, verdict: Verdict) -> Verdict:
+    """When the verdict passed here, the judge runs and reads the candidate's calls itself
+    (``observe``): this process only serves it; the judge's observation decides. The channel is
+    closed either way, so the judge never waits on a worker that has nothing to show."""
+    from kevin_agent.evaluate.observe.served import serve
+    from kevin_agent.evaluate.observe.transport import transport_for
+    from kevin_agent.evaluate.observe.wire import FOLDER_ENV, Channel, ChannelError
+
+    channel = Channel.from_env()
+    if channel is None:
+        return verdict
+    try:
+        if verdict.passed:
+            with ctx.stage("observed"):
+                folder = os.environ.get(FOLDER_ENV)
+                transport = transport_for(ctx.device, Path(folder) if folder else None)
+                kernel = ctx.details.timing.kernel
+                why = serve(channel, transport, candidate, kernel.median_ms if kernel is not None else None)
+            if why:
+                print(f"kevin-worker: the observation ended: {why}", file=sys.stderr, flush=True)
+    except ChannelError as exc:
+        print(f"kevin-worker: no observation: {exc}", file=sys.stderr, flush=True)
+    finally:
+        channel.close()
+    return verdict
 
 
 def _hints(source: str, task_source: str) -> list[str]:

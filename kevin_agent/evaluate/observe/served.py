@@ -1,0 +1,97 @@
+"""The worker's side of the observation: run the calls the judge asks for, on the inputs it shares.
+
+Runs in the candidate's process after the in-process stages passed, so nothing here is trusted:
+it only makes the observation possible. The judge shares one allocation of input sets and a "go"
+event; for each batch it sends where each call's inputs lie, then records "go" once it has written
+them. This side waits for "go" on its stream, calls the candidate once per set, waits for the
+device, records "done" and sends where each call's outputs lie (they stay alive until the next
+batch). torch (lazily) and the standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Optional
+
+from kevin_agent.evaluate.observe.transport import Transport, leaf_view
+from kevin_agent.evaluate.observe.wire import MAX_CALLS, MAX_LEAVES, Channel, ChannelError, expect, read_leaf
+
+MESSAGE_TIMEOUT_S = 120.0
+
+
+def serve(channel: Channel, transport: Transport, candidate: Callable[..., Any], inproc_ms: Optional[float]) -> str:
+    """Serve the judge until it says ``bye``; "" when it did, else why the observation ended."""
+    try:
+        channel.send({"op": "ready", "inproc_ms": inproc_ms})
+        staging_msg = expect(channel.receive(MESSAGE_TIMEOUT_S), "staging")
+        staging = transport.open(str(staging_msg.get("handle")))
+        go = transport.open_event(str(staging_msg.get("go")))
+        done, done_handle = transport.event()
+        channel.send({"op": "armed", "done": done_handle})
+        kept: list[Any] = []
+        while True:
+            message = channel.receive(MESSAGE_TIMEOUT_S)
+            if message.get("op") == "bye":
+                return ""
+            calls = _calls(expect(message, "run"), staging, transport)
+            kept = []  # the last batch's outputs are released only now: the judge has read them
+            kept = _run_batch(candidate, calls, transport, go, done)
+            channel.send({"op": "done", "outputs": [[_describe(leaf, transport) for leaf in out] for out in kept]})
+    except ChannelError as exc:
+        return str(exc)
+    except Exception as exc:  # the candidate raised on an observed call: the judge hears why
+        why = f"{type(exc).__name__}: {str(exc)[:300]}"
+        try:
+            channel.send({"op": "failed", "why": why})
+        except ChannelError:
+            pass
+        return why
+
+
+def _calls(message: dict[str, Any], staging: Any, transport: Transport) -> list[list[Any]]:
+    """Each call's arguments: views into the staging allocation, or plain values."""
+    raw_calls = message.get("calls")
+    if not isinstance(raw_calls, list) or not 0 < len(raw_calls) <= MAX_CALLS:
+        raise ChannelError("a batch without calls")
+    calls = []
+    for raw in raw_calls:
+        if not isinstance(raw, list) or len(raw) > MAX_LEAVES:
+            raise ChannelError("a call's inputs are not a list")
+        calls.append([leaf_view(staging, read_leaf(item["tensor"], transport.handle_ok))
+                      if isinstance(item, dict) and "tensor" in item else _value(item) for item in raw])
+    return calls
+
+
+def _value(item: Any) -> Any:
+    if not isinstance(item, dict) or "value" not in item:
+        raise ChannelError("an input that is neither a tensor nor a value")
+    return item["value"]
+
+
+def _run_batch(candidate: Callable[..., Any], calls: list[list[Any]], transport: Transport, go: Any,
+               done: Any) -> list[list[Any]]:
+    import torch
+
+    from kevin_agent.evaluate.worker.correctness import flatten_outputs
+
+    transport.wait(go)
+    outputs = []
+    with torch.no_grad():
+        for args in calls:
+            outputs.append([leaf.contiguous() if isinstance(leaf, torch.Tensor) else leaf
+                            for leaf in flatten_outputs(candidate(*args))])
+    transport.synchronize()  # work on other streams of this process ends before "done" too
+    transport.record(done)
+    return outputs
+
+
+def _describe(leaf: Any, transport: Transport) -> dict[str, Any]:
+    import torch
+
+    if isinstance(leaf, torch.Tensor):
+        if leaf.device.type != transport.device.type:
+            raise ChannelError(f"an output on {leaf.device.type}, not on the GPU")
+        return {"tensor": transport.export(leaf).to_dict()}
+    if isinstance(leaf, (bool, int, float)):
+        return {"value": leaf}
+    raise ChannelError(f"an output of type {type(leaf).__name__}")
