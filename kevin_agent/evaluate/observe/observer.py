@@ -2,9 +2,9 @@
 
 For each batch of ``k`` calls the judge makes ``k`` input sets from fresh ``os.urandom`` seeds (the
 worker never sees a seed), and keeps private copies. It times the reference on them, then the
-candidate: it copies the sets into the allocation it shares with the worker, marks the start on
-its own stream, records "go", asks the worker to run the batch, waits for the worker's "done"
-event on its own stream and marks the end. Only then does it read the outputs, straight from the
+candidate: it marks the start on its own stream, copies the sets into the allocation the worker
+shared for them, records the worker's "go" event, asks the worker to run the batch, waits for the
+worker's "done" event on its own stream and marks the end. Only then does it read the outputs, straight from the
 worker's device memory, at positions it draws after the worker said it was done, and compares
 them with its own reference run on its private copies (both gates of ``check_outputs``).
 
@@ -76,6 +76,12 @@ class _Plan:
         self.set_bytes = max(ALIGN, size)
 
 
+def _bytes(count: int, device: Any) -> Any:
+    import torch
+
+    return torch.empty(count, dtype=torch.uint8, device=device)
+
+
 def _aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
@@ -107,12 +113,18 @@ class _Session:
         self.out_bytes = _output_bytes(judged.reference(*sample))
         per_call = self.plan.set_bytes + self.out_bytes
         self.max_calls = max(1, min(MAX_BATCH_CALLS, MEMORY_BUDGET_BYTES // max(1, per_call)))
-        self.staging, handle = transport.allocate(self.max_calls * self.plan.set_bytes)
-        self.go, go_handle = transport.event()
-        channel.send({"op": "staging", "handle": handle, "go": go_handle})
+        wanted = self.max_calls * self.plan.set_bytes
+        channel.send({"op": "staging", "bytes": wanted})
         armed = expect(channel.receive(MESSAGE_TIMEOUT_S), "armed")
+        self.handle = str(armed.get("staging"))
+        self.staging = transport.open(self.handle)
+        if self.staging.numel() < wanted:
+            raise ChannelError(f"the worker shared {self.staging.numel()} bytes for inputs, not {wanted}")
+        self.go = transport.open_event(str(armed.get("go")))
         self.done = transport.open_event(str(armed.get("done")))
-        self.handle = handle
+        # the reference reads the same layout from the judge's own memory: the candidate's process
+        # can write the shared allocation at any time, so it never feeds the reference
+        self.own_staging = _bytes(wanted, transport.device)
 
     def run(self) -> None:
         warm = self.batch(min(2, self.max_calls), measured=False)
@@ -141,8 +153,9 @@ class _Session:
             self.seen.eager_ms.append(eager_ms / calls)
         return kernel_ms / calls
 
-    def _stage(self, sets: list[list[Any]]) -> list[list[Any]]:
-        """Each set copied into the shared allocation; the views the calls take (numbers as is)."""
+    def _stage(self, sets: list[list[Any]], target: Any) -> list[list[Any]]:
+        """Each set copied into ``target`` (the shared allocation, or the judge's own copy of its
+        layout); the views the calls take (numbers as is)."""
         staged = []
         for index, args in enumerate(sets):
             views = []
@@ -151,7 +164,7 @@ class _Session:
                     views.append(arg)
                     continue
                 leaf = _leaf_of(arg, self.handle, index * self.plan.set_bytes + offset)
-                view = leaf_view(self.staging, leaf)
+                view = leaf_view(target, leaf)
                 view.copy_(arg)
                 views.append(view)
             staged.append(views)
@@ -160,7 +173,7 @@ class _Session:
     def _time_reference(self, sets: list[list[Any]]) -> float:
         import torch
 
-        staged = self._stage(sets)
+        staged = self._stage(sets, self.own_staging)
         start = self.transport.mark()
         with torch.no_grad():
             for args in staged:
@@ -170,7 +183,7 @@ class _Session:
 
     def _time_candidate(self, sets: list[list[Any]]) -> tuple[float, list[list[Any]], list[list[Any]], float]:
         """(ms for the batch, each call's outputs as read here, the positions read, ms of the read)."""
-        self._stage(sets)
+        self._stage(sets, self.staging)
         start = self.transport.mark()
         self.transport.record(self.go)
         self.channel.send({"op": "run", "calls": [self._describe_call(i, args) for i, args in enumerate(sets)]})

@@ -1,11 +1,13 @@
-"""The worker's side of the observation: run the calls the judge asks for, on the inputs it shares.
+"""The worker's side of the observation: run the calls the judge asks for, on the inputs it writes.
 
 Runs in the candidate's process after the in-process stages passed, so nothing here is trusted:
-it only makes the observation possible. The judge shares one allocation of input sets and a "go"
-event; for each batch it sends where each call's inputs lie, then records "go" once it has written
-them. This side waits for "go" on its stream, calls the candidate once per set, waits for the
-device, records "done" and sends where each call's outputs lie (they stay alive until the next
-batch). torch (lazily) and the standard library only.
+it only makes the observation possible. Everything shared is made here and mapped by the judge
+(so nothing of the judge's is ever mapped into the candidate's process): one allocation the
+judge writes the input sets into, a "go" event the judge records once it has written a batch's
+inputs, and a "done" event. For each batch the judge sends where each call's inputs lie; this
+side waits for "go" on its stream, calls the candidate once per set, waits for the device,
+records "done" and sends where each call's outputs lie (they stay alive until the next batch).
+torch (lazily) and the standard library only.
 """
 
 from __future__ import annotations
@@ -14,7 +16,16 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from kevin_agent.evaluate.observe.transport import Transport, leaf_view
-from kevin_agent.evaluate.observe.wire import MAX_CALLS, MAX_LEAVES, Channel, ChannelError, expect, read_leaf
+from kevin_agent.evaluate.observe.wire import (
+    MAX_CALLS,
+    MAX_LEAVES,
+    MAX_STAGING_BYTES,
+    Channel,
+    ChannelError,
+    expect,
+    read_leaf,
+    whole,
+)
 
 MESSAGE_TIMEOUT_S = 120.0
 
@@ -23,17 +34,18 @@ def serve(channel: Channel, transport: Transport, candidate: Callable[..., Any],
     """Serve the judge until it says ``bye``; "" when it did, else why the observation ended."""
     try:
         channel.send({"op": "ready", "inproc_ms": inproc_ms})
-        staging_msg = expect(channel.receive(MESSAGE_TIMEOUT_S), "staging")
-        staging = transport.open(str(staging_msg.get("handle")))
-        go = transport.open_event(str(staging_msg.get("go")))
+        wanted = whole(expect(channel.receive(MESSAGE_TIMEOUT_S), "staging").get("bytes"), 1, MAX_STAGING_BYTES,
+                       "the staging size")
+        staging, staging_handle = transport.allocate(wanted)
+        go, go_handle = transport.event()
         done, done_handle = transport.event()
-        channel.send({"op": "armed", "done": done_handle})
+        channel.send({"op": "armed", "staging": staging_handle, "go": go_handle, "done": done_handle})
         kept: list[Any] = []
         while True:
             message = channel.receive(MESSAGE_TIMEOUT_S)
             if message.get("op") == "bye":
                 return ""
-            calls = _calls(expect(message, "run"), staging, transport)
+            calls = _calls(expect(message, "run"), staging, transport, staging_handle)
             kept = []  # the last batch's outputs are released only now: the judge has read them
             kept = _run_batch(candidate, calls, transport, go, done)
             channel.send({"op": "done", "outputs": [[_describe(leaf, transport) for leaf in out] for out in kept]})
@@ -48,7 +60,7 @@ def serve(channel: Channel, transport: Transport, candidate: Callable[..., Any],
         return why
 
 
-def _calls(message: dict[str, Any], staging: Any, transport: Transport) -> list[list[Any]]:
+def _calls(message: dict[str, Any], staging: Any, transport: Transport, handle: str) -> list[list[Any]]:
     """Each call's arguments: views into the staging allocation, or plain values."""
     raw_calls = message.get("calls")
     if not isinstance(raw_calls, list) or not 0 < len(raw_calls) <= MAX_CALLS:
@@ -57,7 +69,7 @@ def _calls(message: dict[str, Any], staging: Any, transport: Transport) -> list[
     for raw in raw_calls:
         if not isinstance(raw, list) or len(raw) > MAX_LEAVES:
             raise ChannelError("a call's inputs are not a list")
-        calls.append([leaf_view(staging, read_leaf(item["tensor"], transport.handle_ok))
+        calls.append([leaf_view(staging, read_leaf(item["tensor"], lambda h: h == handle))
                       if isinstance(item, dict) and "tensor" in item else _value(item) for item in raw])
     return calls
 

@@ -24,6 +24,7 @@ MAX_CALLS = 256  # calls in one batch
 MAX_LEAVES = 64  # tensors (or values) in one call's inputs or outputs
 MAX_DIMS = 12
 MAX_NUMEL = 1 << 40
+MAX_STAGING_BYTES = 64 << 30
 HANDLE_HEX = 128  # a CUDA IPC handle: 64 bytes
 # dtypes a leaf may have, by name; anything else is refused, never looked up
 DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "int16": 2, "int32": 4,
