@@ -112,15 +112,17 @@ def test_classify(name, verdict):
 
 
 def test_reasons_under_each_policy():
-    facts = {"kernels": ["mine"], "imports": {"host.o": ["_ZN2at4_ops2mm4callERKNS_6TensorES4_", "dlsym"]},
-             "host_asm": [], "exec_data": [], "notes": []}
-    strict = reasons(facts, ["_Z4minePf", "_ZN3cub18DeviceReduceKernelEv"], "strict")
-    partial = reasons(facts, ["_Z4minePf", "_ZN3cub18DeviceReduceKernelEv"], "partial")
+    mm = "_ZN2at4_ops2mm4callERKNS_6TensorES4_"
+    facts = {"kernels": ["mine"], "imports": {"host.o": [mm, "dlsym"]}, "host_asm": [], "exec_data": [],
+             "notes": [], "demangled": {mm: "at::_ops::mm::call(at::Tensor const&, at::Tensor const&)"},
+             "foreign_kernels": foreign_kernels(["mine"], ["_Z4minePf", "_ZN3cub18DeviceReduceKernelEv"])}
+    strict = reasons(facts, "strict")
+    partial = reasons(facts, "partial")
     assert any("dynamic loading: dlsym (host.o)" in r for r in strict) and any("dlsym" in r for r in partial)
     assert any("ATen operators that compute" in r for r in strict)
     assert not any("ATen operators" in r for r in partial)
     assert any("cub::DeviceReduceKernel" in r for r in strict) and not any("cub::" in r for r in partial)
-    assert reasons({"error": "x"}, [], "partial") == ["the build's own objects could not be checked (x)"]
+    assert reasons({"error": "x"}, "partial") == ["the build's own objects could not be checked (x)"]
 
 
 def test_foreign_kernels_match_qualified_names_not_base_names():
@@ -155,3 +157,57 @@ def test_cached_build_keeps_the_origin_filter(tmp_path: Path):
     assert own.names == ("_Z10own_kernelPf",)
     assert "_ZN2at6native29vectorized_elementwise_kernelEPf" in own.bundled
     json.dumps(result.facts)  # what the cache stores
+
+
+def test_binding_declarations_come_from_prototypes_or_definition_heads():
+    from kevin_agent.evaluate.build.layout import BindingRefused, bindings_cpp, derived_declarations
+    from kevin_agent.evaluate.source.calls import ExtensionSpec
+
+    cpp = ("#include <torch/extension.h>\n#include <vector>\nusing torch::Tensor;\n#define SECRET 1\n"
+           "Tensor add_one(Tensor x);\n"
+           "std::vector<Tensor> both(Tensor x, double s = 2.0) {\n  return {x, add_one(x)};\n}\n"
+           "static int helper() { return SECRET; }\n")
+    text = derived_declarations(cpp, ("both", "add_one"))
+    assert "std::vector<Tensor> both(Tensor x, double s = 2.0);" in text and "Tensor add_one(Tensor x);" in text
+    assert "return" not in text and "SECRET" not in text and "using torch::Tensor;" in text
+    with pytest.raises(BindingRefused, match="static, inline or as a template"):
+        derived_declarations(cpp, ("helper",))
+    with pytest.raises(BindingRefused, match="neither declares nor defines"):
+        derived_declarations(cpp, ("missing",))
+    own = ExtensionSpec("e", ("int f() { return 1; }\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { }",), (), ("f",))
+    with pytest.raises(BindingRefused, match="PYBIND11_MODULE"):
+        from kevin_agent.evaluate.build.layout import refuse_own_binding
+        refuse_own_binding(own)
+    generated = bindings_cpp(ExtensionSpec("e", ("int f();",), (), ("f",)), "kevin_m")
+    assert "torch::wrap_pybind_function(f)" in generated and "#define TORCH_EXTENSION_NAME kevin_m" in generated
+
+
+def _tiny_build(folder: Path) -> None:
+    import shutil
+    import subprocess
+
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    (folder / "host.cpp").write_text('#include <unistd.h>\n#line 1 "cuda_sources"\n'
+                                     "#define QUIET(n) asm volatile(\"syscall\" :: \"a\"(n))\n"
+                                     "long reach(long n) { QUIET(n); return syscall(n); }\n")
+    subprocess.run([cxx, "-c", "host.cpp", "-o", "host.o"], cwd=folder, check=True, timeout=120)
+    subprocess.run([cxx, "-E", "host.cpp", "-o", "host.ii"], cwd=folder, check=True, timeout=120)
+
+
+@pytest.mark.parametrize("sandbox", ["auto", "off"])  # confined, and the unconfined control
+def test_facts_child_reads_real_objects_and_never_follows_a_link(tmp_path: Path, sandbox: str):
+    from kevin_agent.evaluate.build.facts import build_facts
+
+    _tiny_build(tmp_path)
+    facts = build_facts(tmp_path, ["host.o"], [("host.ii", "cxx")], sandbox)
+    assert not facts.get("error"), facts
+    assert "syscall" in facts["imports"]["host.o"] and facts["host_asm"] == ["cuda_sources:2"]
+    assert any("raw system calls" in r for r in reasons(facts, "partial"))
+    (tmp_path / "elsewhere.o").write_bytes((tmp_path / "host.o").read_bytes())
+    (tmp_path / "host.o").unlink()
+    (tmp_path / "host.o").symlink_to(tmp_path / "elsewhere.o")
+    linked = build_facts(tmp_path, ["host.o"], [("host.ii", "cxx")], sandbox)
+    assert "cannot read the build's output" in linked["error"]
+    assert reasons(linked, "partial")[0].startswith("the build's own objects could not be checked")

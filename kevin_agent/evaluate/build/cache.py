@@ -352,7 +352,7 @@ def take_module(built: Path, folder: Path) -> tuple[str | None, str | None]:
 def _nvcc_only(log_path: Path) -> bool:
     text = log_path.read_text(errors="replace")
     failed = [line for line in text.splitlines() if line.startswith("FAILED: ")]
-    return bool(failed) and all(line.strip().endswith("kernels.o") for line in failed)
+    return bool(failed) and all(line.strip().endswith(("kernels.o", "kernels.ii")) for line in failed)
 
 
 def read_result(final: Path) -> BuildResult | None:

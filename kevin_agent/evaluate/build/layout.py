@@ -21,6 +21,7 @@ from kevin_agent.evaluate.build.flags import Toolchain
 from kevin_agent.evaluate.build.ninja_file import Step
 from kevin_agent.evaluate.build.split import SOURCE_NAME, split_cuda_source
 from kevin_agent.evaluate.source.calls import ExtensionSpec
+from kevin_agent.evaluate.source.clex import shadow
 
 CPP_NAME = "cpp_sources"
 BINDINGS_NAME = "kevin_bindings"
@@ -152,6 +153,11 @@ def cpp_is_declarations_only(cpp_sources: tuple[str, ...]) -> bool:
     return True
 
 
+# NVTX's injection (CUB and Thrust open ranges through it) reads the environment and dlopens a
+# library named there: header code that would land in the candidate's objects. Off in its units.
+NO_NVTX = ["-DNVTX_DISABLE"]
+
+
 def _pch(pch: Path | None) -> list[str]:
     return ["-include", str(pch), "-Winvalid-pch"] if pch else []
 
@@ -173,7 +179,17 @@ def _own_step(layout: Layout, step: Step) -> None:
     layout.preprocessed.append((listing, kind))
 
 
+def refuse_own_binding(spec: ExtensionSpec) -> None:
+    """BindingRefused when the sources write a Python binding themselves: it is generated."""
+    for text in (*spec.cpp_sources, *spec.cuda_sources):
+        if re.search(r"\bPYBIND11_MODULE\b", shadow(text).code):
+            raise BindingRefused("the sources define PYBIND11_MODULE: the Python binding is generated from "
+                                 "functions=[...] (name the functions to bind there) and your C++ sees torch without "
+                                 "pybind11; remove the PYBIND11_MODULE block")
+
+
 def _bindings_step(layout: Layout, spec: ExtensionSpec, module: str, cxx: list[str]) -> None:
+    refuse_own_binding(spec)
     layout.files[BINDINGS_FILE] = bindings_cpp(spec, module)
     layout.steps.append(Step(BINDINGS_FILE, "bindings.o", "cxx", cxx))
 
@@ -186,7 +202,7 @@ def split_layout(spec: ExtensionSpec, module: str, tc: Toolchain, headers: Heade
     split = split_cuda_source("\n".join(spec.cuda_sources))
     headers = headers or Headers()
     cxx = tc.cxx_flags(spec.extra_cflags) + headers.own_flags() + tc.includes(spec.extra_include_paths)
-    nvcc = [f"-DTORCH_EXTENSION_NAME={module}"] + tc.nvcc_flags(spec.extra_cuda_cflags, with_torch=False)
+    nvcc = [f"-DTORCH_EXTENSION_NAME={module}", *NO_NVTX] + tc.nvcc_flags(spec.extra_cuda_cflags, with_torch=False)
     nvcc += [f"-I{p}" for p in spec.extra_include_paths] + ["-isystem", f"{tc.cuda_home}/include"]
     layout = Layout("split", {"kernels.cu": split.device_cu, "host.cpp": _prefix(module) + split.host_cpp}, [])
     _own_step(layout, Step("kernels.cu", "kernels.o", "cuda", nvcc))
@@ -204,7 +220,7 @@ def whole_layout(spec: ExtensionSpec, module: str, tc: Toolchain, headers: Heade
     cxx = tc.cxx_flags(spec.extra_cflags) + headers.own_flags() + tc.includes(spec.extra_include_paths)
     layout = Layout("whole", {}, [], note)
     if spec.cuda_sources:
-        nvcc = [f"-DTORCH_EXTENSION_NAME={module}"] + tc.nvcc_flags(spec.extra_cuda_cflags)
+        nvcc = [f"-DTORCH_EXTENSION_NAME={module}", *NO_NVTX] + tc.nvcc_flags(spec.extra_cuda_cflags)
         nvcc += (["-I", str(headers.shim)] if headers.shim else []) + tc.includes(spec.extra_include_paths)
         cuda = "\n".join(spec.cuda_sources)
         layout.files["cuda.cu"] = ("#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"

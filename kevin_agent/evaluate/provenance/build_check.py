@@ -27,8 +27,7 @@ def build_reasons(results: Sequence[Any], policy: Policy) -> list[str]:
         facts = getattr(result, "facts", None)
         if not isinstance(facts, dict):
             continue
-        listed = (getattr(result, "kernels", None) or {}).get("kernels") or ()
-        found += reasons(facts, [str(k) for k in listed], policy)
+        found += reasons(facts, policy)
     return list(dict.fromkeys(found))
 
 

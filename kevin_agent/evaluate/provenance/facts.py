@@ -3,10 +3,11 @@ translation units before anything runs, and the policy's decision on them (docs/
 
 ``gather`` runs in a confined child (``facts_child``; the files are the candidate's compiler
 output): per own object its imports (``SHN_UNDEF`` symbols of ``.symtab`` not defined by another
-own object) and any data placed in an executable section; per preprocessed translation unit the
-``__global__`` functions its own text defines and its inline assembly outside device code
-(``origins``). The facts are policy-independent and stored with the build; ``reasons`` decides
-them under a policy in the parent (demangling and matching only).
+own object), any data placed in an executable section and the kernels it holds (``symbols``); per
+preprocessed translation unit the ``__global__`` functions its own text defines and its inline
+assembly outside device code (``origins``); the imports demangled, and the held kernels that no
+own text defines. The facts are policy-independent and stored with the build; ``reasons`` decides
+them under a policy in the parent (matching names only).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from kevin_agent.evaluate.provenance.demangle import demangle_many
 from kevin_agent.evaluate.provenance.elf import SHT_SYMTAB, Elf, ElfError
 from kevin_agent.evaluate.provenance.imports import import_problems
 from kevin_agent.evaluate.provenance.origins import scan
+from kevin_agent.evaluate.provenance.symbols import list_image
 
 SHF_WRITE, SHF_EXECINSTR = 0x1, 0x4
 STT_OBJECT, STT_TLS = 1, 6
@@ -51,15 +53,18 @@ def object_symbols(name: str, data: bytes) -> tuple[set[str], set[str], list[str
 
 def gather(entries: Sequence[tuple[str, str, bytes]]) -> dict[str, Any]:
     """The facts of one build from ``entries``: (file name, "obj" | "cuda" | "cxx", bytes)."""
-    facts: dict[str, Any] = {"kernels": [], "imports": {}, "host_asm": [], "exec_data": [], "notes": []}
+    facts: dict[str, Any] = {"kernels": [], "imports": {}, "host_asm": [], "exec_data": [], "notes": [],
+                             "demangled": {}, "foreign_kernels": []}
     undefined: dict[str, set[str]] = {}
     defined: set[str] = set()
+    listed: set[str] = set()
     try:
         for name, kind, data in entries:
             if kind == "obj":
                 undefined[name], own, found = object_symbols(name, data)
                 defined |= own
                 facts["exec_data"] += found
+                listed |= set(list_image(name, data).kernels)
             else:
                 tu = scan(data.decode("utf-8", "replace"), device_code=kind == "cuda")
                 if kind == "cuda":
@@ -72,12 +77,15 @@ def gather(entries: Sequence[tuple[str, str, bytes]]) -> dict[str, Any]:
     facts["imports"] = {obj: sorted(names - defined) for obj, names in undefined.items()}
     if sum(len(v) for v in facts["imports"].values()) > MAX_IMPORTS:
         return {**facts, "imports": {}, "error": f"more than {MAX_IMPORTS:,} imported symbols"}
+    # demangled here, in the confined child: the names are the candidate's, the demangler a C library
+    facts["demangled"] = demangle_many(n for names in facts["imports"].values() for n in names)
+    facts["foreign_kernels"] = foreign_kernels(facts["kernels"], sorted(listed))
     return facts
 
 
-def reasons(facts: dict[str, Any], listed: Iterable[str], policy: Policy) -> list[str]:
-    """Why ``policy`` rejects a build with these facts (``listed``: the kernels in its module, as
-    the listing names them); empty when it does not."""
+def reasons(facts: dict[str, Any], policy: Policy) -> list[str]:
+    """Why ``policy`` rejects a build with these facts; empty when it does not. Names only are
+    matched here (the child demangled them), so the parent runs no parser on the build's output."""
     if facts.get("error"):
         return [f"the build's own objects could not be checked ({facts['error']})"]
     found = []
@@ -89,9 +97,10 @@ def reasons(facts: dict[str, Any], listed: Iterable[str], policy: Policy) -> lis
     if facts.get("exec_data"):
         found.append("; ".join(facts["exec_data"][:3]))
     imports: dict[str, list[str]] = facts.get("imports") or {}
-    found += import_problems(imports, demangle_many(n for names in imports.values() for n in names), policy)
+    demangled = facts.get("demangled") if isinstance(facts.get("demangled"), dict) else {}
+    found += import_problems(imports, demangled, policy)
     if policy == STRICT:
-        foreign = foreign_kernels(facts.get("kernels") or [], listed)
+        foreign = [str(k) for k in facts.get("foreign_kernels") or ()]
         if foreign:
             found.append("your extension holds kernels your source does not define (compiled in from library "
                          "or PyTorch headers): " + "; ".join(foreign[:NAMES_IN_MESSAGE]))
