@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-CLONE_NEWUSER, CLONE_NEWPID = 0x10000000, 0x20000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWIPC = 0x10000000, 0x20000000, 0x08000000
 
 
 class IpcHandle(ctypes.Structure):
@@ -168,11 +168,11 @@ def _batches(inbox: Any, wfd: int, device: Any) -> list[dict[str, float]]:
     return rows
 
 
-def _new_namespace() -> None:
-    """Enter a new user+PID namespace; the caller's next fork is its first process."""
+def _new_namespace(ipc: bool = False) -> None:
+    """Enter a new user+PID (and IPC) namespace; the caller's next fork is its first process."""
     uid, gid = os.getuid(), os.getgid()
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWUSER | CLONE_NEWPID) != 0:
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWPID | (CLONE_NEWIPC if ipc else 0)) != 0:
         raise OSError(ctypes.get_errno(), "unshare(user, pid)")
     for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"),
                        ("/proc/self/gid_map", f"{gid} {gid} 1")):
@@ -218,8 +218,8 @@ def child(argv: list[str]) -> None:
             os.waitpid(pid, 0)
         return
     mode, role, rfd, wfd = argv[0], argv[1], int(argv[2]), int(argv[3])
-    if mode == "ns":
-        _new_namespace()
+    if mode in ("ns", "nsipc"):
+        _new_namespace(ipc=mode == "nsipc")
         os.waitpid(_forked(role, rfd, wfd), 0)
     else:
         (exporter if role == "exporter" else opener)(rfd, wfd)
@@ -237,14 +237,14 @@ def run_case(exporter_mode: str, opener_mode: str) -> dict[str, Any]:
                                   stdout=subprocess.PIPE, stderr=errs, text=True)]
     else:
         procs = [subprocess.Popen(me + [exporter_mode, "exporter", str(o2e_r), str(e2o_w)], pass_fds=fds,
-                                  stderr=errs),
+                                  stderr=errs, text=True),
                  subprocess.Popen(me + [opener_mode, "opener", str(e2o_r), str(o2e_w)], pass_fds=fds,
                                   stdout=subprocess.PIPE, stderr=errs, text=True)]
     for fd in fds:
         os.close(fd)
     out = ""
     try:
-        out, _ = procs[-1].communicate(timeout=30)
+        out, _ = procs[-1].communicate(timeout=25)
     except subprocess.TimeoutExpired:
         out = '{"error": "timed out"}'
     for p in procs:
@@ -260,7 +260,7 @@ def main() -> int:
         child(sys.argv[2:])
         return 0
     out = sys.argv[1] if len(sys.argv) > 1 else "ipc_probe.json"
-    cases = [("plain", "plain"), ("plain", "ns"), ("ns", "plain"), ("ns", "ns"), ("pair", "pair")]
+    cases = [("plain", "plain"), ("ns", "plain"), ("nsipc", "plain"), ("plain", "ns"), ("ns", "ns"), ("pair", "pair")]
     results = []
     for exporter_mode, opener_mode in cases:
         results.append(run_case(exporter_mode, opener_mode))

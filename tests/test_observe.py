@@ -65,7 +65,7 @@ def test_an_honest_candidate_observed_outside_passes_with_the_judges_time(tmp_pa
     assert t.outside_kernel_ms is not None and t.outside_eager_ms is not None
     # the speedup is the judge's own ratio, not the 2.00x the worker claimed
     assert t.speedup_vs_eager == pytest.approx(t.outside_eager_ms / t.outside_kernel_ms)
-    assert t.speedup_vs_compile == pytest.approx(t.speedup_vs_eager / 0.5)
+    assert t.speedup_vs_eager is not None and t.speedup_vs_compile == pytest.approx(t.speedup_vs_eager / 0.5)
     assert t.inprocess_kernel_ms == 0.5
     assert verdict.details.correctness.judged_calls and verdict.details.correctness.judged_calls > 4
 
