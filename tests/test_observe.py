@@ -57,8 +57,11 @@ def run_observed(tmp_path: Path, mode: str, observe: bool = True) -> Verdict:
         return pool.run(WorkerJob(TASK, mode, Path("unset"), settings=settings, baseline=baseline)).verdict
 
 
-def test_an_honest_candidate_observed_outside_passes_with_the_judges_time(tmp_path: Path) -> None:
-    verdict = run_observed(tmp_path, "honest")
+@pytest.mark.parametrize("mode", ["honest", "static"])
+def test_an_honest_candidate_observed_outside_passes_with_the_judges_time(tmp_path: Path, mode: str) -> None:
+    """``static``: every call returns one buffer (a CUDA graph's output): the judge sees the calls
+    share memory in its warm-up and has the worker copy each call's outputs from then on."""
+    verdict = run_observed(tmp_path, mode)
     assert verdict.passed and verdict.stage == Stage.TIMING, verdict.message
     t = verdict.details.timing
     assert t.timed_outside is True and t.outside_calls_per_batch and t.outside_calls_per_batch >= 1

@@ -8,7 +8,8 @@ the job's candidate source (its first word): honest (the reference), wrong (ever
 0.5), sometimes (off by 0.5 on every third call only), shape (the output transposed), raises
 (an error on an observed call), slow-claim (honest, 3 ms per call, but claiming 0.001 ms), silent
 (never serves: closes the channel), precomputed (answers every call with the outputs of the first
-input set it saw, as a candidate that memoizes by pointer would).
+input set it saw, as a candidate that memoizes by pointer would), static (honest, but every call
+writes into and returns one static buffer, as a CUDA-graph replay does).
 """
 
 from __future__ import annotations
@@ -70,6 +71,10 @@ def candidate_for(mode: str, reference: Any) -> Any:
         if mode == "precomputed":
             first.append(first[0] if first else out.clone())
             return first[-1]
+        if mode == "static":
+            if not first:
+                first.append(torch.empty_like(out))
+            return first[0].copy_(out)
         return out
 
     return candidate

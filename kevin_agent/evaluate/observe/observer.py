@@ -110,7 +110,11 @@ class _Session:
         self.channel, self.transport, self.judged, self.seen = channel, transport, judged, seen
         sample = judged.make_inputs(_seed())
         self.plan = _Plan(sample)
-        self.out_bytes = _output_bytes(judged.reference(*sample))
+        expected = _leaves(judged.reference(*sample))
+        self.out_bytes = sum(leaf.numel() * leaf.element_size() for leaf in expected if hasattr(leaf, "numel"))
+        self.out_shapes = [tuple(leaf.shape) if hasattr(leaf, "shape") else None for leaf in expected]
+        self.copy_outputs = False  # set when calls return the same memory (a static output buffer)
+        self._shapes: list[list[Any]] = []
         per_call = self.plan.set_bytes + self.out_bytes
         self.max_calls = max(1, min(MAX_BATCH_CALLS, MEMORY_BUDGET_BYTES // max(1, per_call)))
         wanted = self.max_calls * self.plan.set_bytes
@@ -141,13 +145,20 @@ class _Session:
         candidate's milliseconds per call."""
         sets = [self.judged.make_inputs(_seed()) for _ in range(calls)]
         eager_ms = self._time_reference(sets)
-        kernel_ms, outputs, positions, gather_ms = self._time_candidate(sets)
+        kernel_ms, outputs, positions, gather_ms, places = self._time_candidate(sets)
+        if _aliased(places):
+            if measured or self.copy_outputs:
+                self.seen.problems.append("the outputs of different calls share memory even when copied: each call "
+                                          "must return its own result (observed outside your process)")
+                return kernel_ms / calls
+            self.copy_outputs = True  # a static output buffer: the worker copies each call's from now on
+            return kernel_ms / calls
         own_gather_ms = self._own_gather_ms(sets[0], positions[0])
         if gather_ms > LATE_WORK_FACTOR * own_gather_ms + LATE_WORK_SLACK_MS:
             self.seen.late_work = (f"reading your outputs took {gather_ms:.3f} ms after your calls said they were "
                                    f"done, against {own_gather_ms:.3f} ms for the same read of the judge's memory: "
                                    "work ran after the calls returned")
-        self._check(sets, outputs, positions)
+        self._check(sets, outputs, positions, self._shapes)
         if measured:
             self.seen.kernel_ms.append(kernel_ms / calls)
             self.seen.eager_ms.append(eager_ms / calls)
@@ -181,14 +192,18 @@ class _Session:
         end = self.transport.mark()
         return self.transport.between(start, end)
 
-    def _time_candidate(self, sets: list[list[Any]]) -> tuple[float, list[list[Any]], list[list[Any]], float]:
-        """(ms for the batch, each call's outputs as read here, the positions read, ms of the read)."""
+    def _time_candidate(self, sets: list[list[Any]]) -> tuple[float, list[list[Any]], list[list[Any]], float,
+                                                              list[list[Any]]]:
+        """(ms for the batch, each call's outputs as read here, the positions read, ms of the read,
+        where each call's output leaves lie in the worker's memory)."""
         self._stage(sets, self.staging)
         start = self.transport.mark()
         self.transport.record(self.go)
-        self.channel.send({"op": "run", "calls": [self._describe_call(i, args) for i, args in enumerate(sets)]})
+        self.channel.send({"op": "run", "copy": self.copy_outputs,
+                           "calls": [self._describe_call(i, args) for i, args in enumerate(sets)]})
         done = expect(self.channel.receive(MESSAGE_TIMEOUT_S), "done")
-        views = self._output_views(done.get("outputs"), len(sets))
+        views, places = self._output_views(done.get("outputs"), len(sets))
+        self._shapes = [[tuple(v.shape) if hasattr(v, "shape") else None for v in call] for call in views]
         positions = [[_positions(v, self.transport.device) for v in call] for call in views]
         self.transport.wait(self.done)
         end = self.transport.mark()
@@ -196,7 +211,7 @@ class _Session:
                 for call, pos in zip(views, positions, strict=True)]
         after = self.transport.mark()
         self.seen.calls += len(sets)
-        return self.transport.between(start, end), read, positions, self.transport.between(end, after)
+        return self.transport.between(start, end), read, positions, self.transport.between(end, after), places
 
     def _describe_call(self, index: int, args: list[Any]) -> list[dict[str, Any]]:
         described = []
@@ -207,24 +222,27 @@ class _Session:
                 described.append({"tensor": _leaf_of(arg, self.handle, index * self.plan.set_bytes + offset).to_dict()})
         return described
 
-    def _output_views(self, raw: Any, calls: int) -> list[list[Any]]:
-        """Each call's output leaves: tensors mapped from the worker's memory, or numbers."""
+    def _output_views(self, raw: Any, calls: int) -> tuple[list[list[Any]], list[list[Any]]]:
+        """Each call's output leaves (tensors mapped from the worker's memory, or numbers) and
+        where each tensor lies (its handle and offset)."""
         if not isinstance(raw, list) or len(raw) != calls:
             raise ChannelError(f"the worker described {len(raw) if isinstance(raw, list) else 0} calls' outputs, "
                                f"not {calls}")
-        views = []
+        views, places = [], []
         for call in raw:
             if not isinstance(call, list) or len(call) > MAX_LEAVES:
                 raise ChannelError("a call's outputs are not a list of at most 64 leaves")
-            views.append([self._output_leaf(item) for item in call])
-        return views
+            pairs = [self._output_leaf(item) for item in call]
+            views.append([view for view, _ in pairs])
+            places.append([place for _, place in pairs])
+        return views, places
 
-    def _output_leaf(self, item: Any) -> Any:
+    def _output_leaf(self, item: Any) -> tuple[Any, Any]:
         if isinstance(item, dict) and "tensor" in item:
             leaf = read_leaf(item["tensor"], self.transport.handle_ok)
-            return leaf_view(self.transport.open(leaf.handle), leaf)
+            return leaf_view(self.transport.open(leaf.handle), leaf), (leaf.handle, leaf.offset)
         if isinstance(item, dict) and type(item.get("value")) in (bool, int, float):
-            return item["value"]
+            return item["value"], None
         raise ChannelError("an output that is neither a tensor nor a number")
 
     def _own_gather_ms(self, args: list[Any], positions: list[Any]) -> float:
@@ -242,8 +260,13 @@ class _Session:
                 _read(leaf, pos.clamp(max=leaf.numel() - 1))
         return self.transport.between(start, self.transport.mark())
 
-    def _check(self, sets: list[list[Any]], outputs: list[list[Any]], positions: list[list[Any]]) -> None:
+    def _check(self, sets: list[list[Any]], outputs: list[list[Any]], positions: list[list[Any]],
+               shapes: list[list[Any]]) -> None:
         for index, (args, got, pos) in enumerate(zip(sets, outputs, positions, strict=True)):
+            if shapes[index] != self.out_shapes:
+                self.seen.problems.append(f"call {index + 1} of a batch observed outside your process returned "
+                                          f"outputs of shapes {shapes[index]}, expected {self.out_shapes}")
+                return
             select = _selector(pos)
             problems = self.judged.check(args, got, f"call {index + 1} of a batch observed outside your process",
                                          select)
@@ -260,12 +283,17 @@ def _leaf_of(tensor: Any, handle: str, offset: int) -> TensorLeaf:
     return TensorLeaf(handle, offset, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape))
 
 
-def _output_bytes(output: Any) -> int:
-    import torch
-
+def _leaves(output: Any) -> list[Any]:
     from kevin_agent.evaluate.worker.correctness import flatten_outputs
 
-    return sum(leaf.numel() * leaf.element_size() for leaf in flatten_outputs(output) if isinstance(leaf, torch.Tensor))
+    return list(flatten_outputs(output))
+
+
+def _aliased(places: list[list[Any]]) -> bool:
+    """Two calls' outputs lie at the same place in the worker's memory (read after the batch,
+    all but the last call's values are gone)."""
+    seen = [place for call in places for place in call if place is not None]
+    return len(seen) != len(set(seen))
 
 
 def _positions(view: Any, device: Any) -> Any:

@@ -47,7 +47,7 @@ def serve(channel: Channel, transport: Transport, candidate: Callable[..., Any],
                 return ""
             calls = _calls(expect(message, "run"), staging, transport, staging_handle)
             kept = []  # the last batch's outputs are released only now: the judge has read them
-            kept = _run_batch(candidate, calls, transport, go, done)
+            kept = _run_batch(candidate, calls, transport, (go, done), message.get("copy") is True)
             channel.send({"op": "done", "outputs": [[_describe(leaf, transport) for leaf in out] for out in kept]})
     except ChannelError as exc:
         return str(exc)
@@ -80,18 +80,22 @@ def _value(item: Any) -> Any:
     return item["value"]
 
 
-def _run_batch(candidate: Callable[..., Any], calls: list[list[Any]], transport: Transport, go: Any,
-               done: Any) -> list[list[Any]]:
+def _run_batch(candidate: Callable[..., Any], calls: list[list[Any]], transport: Transport, fences: tuple[Any, Any],
+               copy: bool) -> list[list[Any]]:
+    """The batch's outputs, each call's kept apart: a candidate that returns the same (static)
+    buffer every call gets a copy of each call's made right after it (``copy``, asked by the
+    judge once it saw the calls share memory; the copies are on the judge's clock)."""
     import torch
 
     from kevin_agent.evaluate.worker.correctness import flatten_outputs
 
+    go, done = fences
     transport.wait(go)
     outputs = []
     with torch.no_grad():
         for args in calls:
-            outputs.append([leaf.contiguous() if isinstance(leaf, torch.Tensor) else leaf
-                            for leaf in flatten_outputs(candidate(*args))])
+            outputs.append([(leaf.clone(memory_format=torch.contiguous_format) if copy else leaf.contiguous())
+                            if isinstance(leaf, torch.Tensor) else leaf for leaf in flatten_outputs(candidate(*args))])
     transport.synchronize()  # work on other streams of this process ends before "done" too
     transport.record(done)
     return outputs

@@ -171,6 +171,7 @@ class FileTransport:
         self.device = torch.device("cpu")
         self._torch = torch
         self._opened: dict[str, Any] = {}
+        self._exported: dict[tuple[int, int], tuple[Any, str]] = {}
 
     def handle_ok(self, handle: str) -> bool:
         return bool(_FILE_HANDLE.fullmatch(handle))
@@ -199,9 +200,13 @@ class FileTransport:
         return view
 
     def export(self, tensor: Any) -> TensorLeaf:
-        """A copy of ``tensor`` in a new shared file (CPU memory is not shared by address)."""
+        """``tensor``'s bytes in a shared file, one file per address (CPU memory is not shared by
+        address; as with CUDA IPC, the same memory exported twice is one place)."""
         flat = tensor.detach().contiguous().reshape(-1).view(self._torch.uint8)
-        view, handle = self.allocate(flat.numel())
+        key = (tensor.data_ptr(), flat.numel())
+        if key not in self._exported:
+            self._exported[key] = self.allocate(flat.numel())
+        view, handle = self._exported[key]
         view.copy_(flat)
         return TensorLeaf(handle, 0, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape))
 
