@@ -8,6 +8,7 @@ by a reason the verdict names. Builds share the one test build cache (tests/buil
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +143,36 @@ def test_bound_functions_that_cannot_be_declared_fail_with_one_clear_error(cache
     lines = cache.build(ExtensionSpec("e", ("int f();",), ('#line 1 "/usr/include/x.h"\n__global__ void k() {}',),
                                       ("f",)))
     assert not lines.ok and "line directives" in (lines.errors or "")
+
+
+NATIVE = HERE / "native_reach.py"
+
+
+def honest_twin(code: str) -> str:
+    """``native_reach.py`` without its reach: the same kernel, host code and headers."""
+    code = re.sub(r"    if \(n == 12345\) \{.*?\n    \}\n", "", code, flags=re.S)
+    code = code.replace('at::Tensor fake_relu(const at::Tensor& x) { return x; }\n'
+                        'TORCH_LIBRARY_IMPL(aten, CUDA, m) { m.impl("relu", fake_relu); }\n', "")
+    return code.replace("kevin_native_reach", "kevin_native_twin")
+
+
+@pytest.mark.nvcc
+def test_a_whole_answer_passes_the_static_checks_and_is_rejected_before_the_gpu(cache):
+    """What the evaluator does before any GPU stage (the GPU test runs it through the evaluator)."""
+    from kevin_agent.evaluate.build.compile import compile_candidate
+    from kevin_agent.evaluate.verdicts import static_verdict
+
+    task = (HERE / "scale_task.py").read_text()
+    attack, twin = NATIVE.read_text(), honest_twin(NATIVE.read_text())
+    assert "12345" not in twin and "TORCH_LIBRARY" not in twin
+    for code in (attack, twin):
+        assert static_verdict(code, task) is None  # nothing here is certain from the source alone
+    outcomes = [compile_candidate(code, cache) for code in (attack, twin)]
+    assert all(o.ok for o in outcomes), [o.message for o in outcomes]
+    for policy in ("strict", "partial"):
+        verdict = build_rejection(outcomes[0].results, policy, VerdictDetails())
+        assert verdict is not None and verdict.stage == Stage.PROVENANCE
+        for expected in ("PyEval_GetFrame", "dl_iterate_phdr", "mprotect", "syscall", "files: open",
+                         "operator registration", "inline assembly in host code"):
+            assert expected in verdict.message, (policy, expected)
+        assert build_rejection(outcomes[1].results, policy, VerdictDetails()) is None  # the control
