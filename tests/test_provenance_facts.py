@@ -157,6 +157,10 @@ def test_cached_build_keeps_the_origin_filter(tmp_path: Path):
     assert own.names == ("_Z10own_kernelPf",)
     assert "_ZN2at6native29vectorized_elementwise_kernelEPf" in own.bundled
     json.dumps(result.facts)  # what the cache stores
+    # control: without stored origins (how every cached build was judged before) the filter cannot
+    # run, and the ATen kernel passes as the candidate's own
+    unfiltered, _ = own_kernels([SimpleNamespace(module_path=str(module), kernels=result.kernels, facts=None)])
+    assert "_ZN2at6native29vectorized_elementwise_kernelEPf" in unfiltered.names
 
 
 def test_binding_declarations_come_from_prototypes_or_definition_heads():

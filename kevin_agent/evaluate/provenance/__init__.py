@@ -3,6 +3,8 @@
 * ``symbols.list_kernels(so)`` -> the kernels built into a candidate's extension (build step).
 * ``profile.profile_forward(fn, args, device)`` -> the GPU work of one forward call (worker; torch).
 * ``policy.judge(activities, own, reference_launches, policy)`` -> ``ProvenanceResult``.
+* ``facts.gather`` (confined child) -> a build's facts; ``build_check.build_rejection`` decides
+  them in the parent before any GPU stage (imports allow-list, ``__global__`` origins, host asm).
 
 Everything but ``profile`` is standard library only and runs without a GPU.
 """

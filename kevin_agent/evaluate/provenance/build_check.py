@@ -36,8 +36,9 @@ def build_message(policy: Policy, found: list[str]) -> str:
     text = ("The kernel provenance check rejected your answer before it ran "
             f"({POLICY_RULES[policy]}): " + "; ".join(found) + ". "
             f"The C++/CUDA code of your extension may call {ALLOWED_CALLS}")
-    if any("pybind11" in r or "Python C API" in r for r in found):
-        text += "; the Python binding is generated from functions=[...]: do not write PYBIND11_MODULE or call Python"
+    if any("pybind11" in r or "Python C API" in r or "operator registration" in r for r in found):
+        text += ("; the Python binding is generated from functions=[...]: name your functions there instead of "
+                 "writing PYBIND11_MODULE, registering operators or calling Python")
     return text + "."
 
 
