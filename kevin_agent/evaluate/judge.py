@@ -118,7 +118,8 @@ def _observe(task: Any, reference: Any, device: Any) -> Optional[Any]:
         """Plain ``get_inputs()`` or one of the variants that exercise the computation
         (``worker.exercise``), chosen by the seed, which the worker never sees: a candidate that
         computes honestly only on inputs it recognises as varied is read on both kinds."""
-        variant = seed % (len(VARIANTS) + 1)  # 0: plain; k: the k-th variant, as correctness trial k + 1
+        pick = seed % (2 * len(VARIANTS))  # half the sets plain, the rest one of the variants each
+        variant = pick + 1 if pick < len(VARIANTS) else 0  # k: the k-th variant, as correctness trial k + 1
         made, _ = trial_inputs(task.get_inputs, reference, device, _seed_all, seed, seed - 1 - variant)
         return list(made)
 
