@@ -12,6 +12,7 @@ import pytest
 from gpu_helpers import REPO, log_record
 
 from kevin_agent.data import Stage, Task
+from kevin_agent.eval_modes import Policy
 
 pytestmark = pytest.mark.gpu
 
@@ -21,7 +22,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("policy", ["strict", "partial"])
-def test_native_reach_is_rejected_before_the_gpu_and_its_twin_runs(gpu_cache_dir: Path, policy: str):
+def test_native_reach_is_rejected_before_the_gpu_and_its_twin_runs(gpu_cache_dir: Path, policy: Policy):
     from test_build_provenance import honest_twin
 
     from kevin_agent.evaluate.api import EvalSettings

@@ -97,7 +97,8 @@ def reasons(facts: dict[str, Any], policy: Policy) -> list[str]:
     if facts.get("exec_data"):
         found.append("; ".join(facts["exec_data"][:3]))
     imports: dict[str, list[str]] = facts.get("imports") or {}
-    demangled = facts.get("demangled") if isinstance(facts.get("demangled"), dict) else {}
+    raw = facts.get("demangled")
+    demangled: dict[str, str] = raw if isinstance(raw, dict) else {}
     found += import_problems(imports, demangled, policy)
     if policy == STRICT:
         foreign = [str(k) for k in facts.get("foreign_kernels") or ()]
