@@ -63,7 +63,8 @@ cd "$(dirname "$0")/.."
 PART="${1:-}"
 BUDGET="${2:-530}"
 case "$PART" in
-  1) TESTS=(tests/gpu/test_gpu_provenance.py tests/gpu/test_gpu_guards.py tests/gpu/test_gpu_build_provenance.py) ;;
+  1) TESTS=(tests/gpu/test_gpu_provenance.py tests/gpu/test_gpu_guards.py tests/gpu/test_gpu_build_provenance.py
+            tests/gpu/test_observe_gpu.py) ;;
   2) TESTS=(tests/gpu/test_gpu_worker.py tests/gpu/test_gpu_lease.py tests/gpu/test_eval_daemon_gpu.py tests/gpu/test_loop_gpu.py
             tests/gpu/test_bench_gpu.py
             tests/gpu/test_sandbox_gpu.py tests/gpu/test_accept_gpu.py tests/gpu/test_attacks_gpu.py
