@@ -26,6 +26,7 @@ EVAL_ENV_VARS: tuple[tuple[str, str], ...] = (
     ("KEVIN_POLICY", "policy"),
     ("KEVIN_SANDBOX", "sandbox"),
     ("KEVIN_CLUSTER", "cluster"),
+    ("KEVIN_OBSERVE", "observe"),
 )
 
 # environment variable -> BackendSettings field (earlier entries win for the same field)
@@ -242,7 +243,19 @@ def _eval_value(key: str, value: Any) -> Any:
         return parse_sandbox_mode(text)
     if key == "cluster" and text != "auto" and not text.startswith("ray://"):
         raise ValueError("expected 'auto' or a Ray address such as ray://head:10001")
+    if key == "observe":
+        return parse_switch(text)
     return text
+
+
+def parse_switch(text: str) -> bool:
+    """on/off in the usual spellings; ValueError otherwise."""
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "on", "yes"):
+        return True
+    if lowered in ("0", "false", "off", "no"):
+        return False
+    raise ValueError("expected on or off (1/0, true/false)")
 
 
 def resolve_eval_settings(
@@ -264,7 +277,7 @@ def resolve_eval_settings(
         sources += [({k: v}, f"option --{k.replace('_', '-')}") for k, v in flags.items() if v is not None]
     for source, where in sources:
         for key, raw in source.items():
-            if key in ("policy", "sandbox", "cluster") and raw is not None:
+            if key in ("policy", "sandbox", "cluster", "observe") and raw is not None:
                 try:
                     values[key] = _eval_value(key, raw)
                 except ValueError as err:

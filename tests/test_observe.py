@@ -176,3 +176,25 @@ def test_a_line_over_the_limit_is_refused_without_reading_on() -> None:
 def test_a_tensor_description_is_read_as_hostile_input(leaf: dict[str, object], words: str) -> None:
     with pytest.raises(ChannelError, match=words):
         read_leaf(json.loads(json.dumps(leaf)), lambda h: h == "ok")
+
+
+@pytest.mark.parametrize("raw,expected", [("on", True), ("1", True), ("off", False), ("false", False)])
+def test_observation_is_switched_by_kevin_observe(raw: str, expected: bool) -> None:
+    from kevin_agent.config import resolve_eval_settings
+
+    assert resolve_eval_settings(None, {"KEVIN_OBSERVE": raw}, None) == {"observe": expected}
+
+
+def test_a_bad_kevin_observe_is_one_line_naming_it() -> None:
+    from kevin_agent.config import resolve_eval_settings
+    from kevin_agent.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="KEVIN_OBSERVE"):
+        resolve_eval_settings(None, {"KEVIN_OBSERVE": "maybe"}, None)
+
+
+def test_a_lane_observes_only_when_the_settings_ask() -> None:
+    from kevin_agent.evaluate.isolation import WorkerPool
+
+    with WorkerPool() as default, WorkerPool(observe=True) as observing:
+        assert default.observe is False and observing.observe is True

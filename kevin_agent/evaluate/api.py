@@ -67,6 +67,10 @@ class EvalSettings:
     sandbox: SandboxMode = DEFAULT_SANDBOX  # "auto" (confine when the kernel can) | "required" | "off"
     cluster: Optional[str] = None  # None (this machine) | "auto" | "ray://HEAD:10001"
     fresh_baselines: bool = False  # measure eager / torch.compile again instead of reusing stored ones
+    # the judge runs and reads the candidate's calls itself and its clock times them (evaluate/observe;
+    # docs/eval.md). Off until the GPU suite has passed with it: on the H100 of 2026-12-07 the first
+    # version's interprocess events failed in the confined worker (they need a shared /dev/shm)
+    observe: bool = False
 
     def __post_init__(self) -> None:
         """No EvalSettings holds an unknown policy or sandbox mode: ValueError naming it."""

@@ -132,15 +132,14 @@ class WorkerPool:
         judge: bool = True,
         max_spares: Optional[int] = None,
         on_start: Optional[Callable[[float], None]] = None,
-        observe: Optional[bool] = None,
+        observe: bool = False,
     ) -> None:
         self.command = tuple(command) if command else DEFAULT_WORKER_COMMAND
         self.judge_command = tuple(judge_command) if judge_command else (None if command else DEFAULT_JUDGE_COMMAND)
         if not judge:
             self.judge_command = None
-        # the judge runs and reads the worker's calls itself (``evaluate.observe``): by default with the
-        # default worker, the one that serves it; stand-in workers in tests opt in
-        self.observe = bool(self.judge_command) and (observe if observe is not None else not command)
+        # the judge runs and reads the worker's calls itself (``evaluate.observe``; ``EvalSettings.observe``)
+        self.observe = bool(self.judge_command) and observe
         self.judge_timeout_s = judge_timeout_s
         self.run_timeout_s = run_timeout_s
         self.start_timeout_s = start_timeout_s

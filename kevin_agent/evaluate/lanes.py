@@ -102,7 +102,7 @@ class LocalLane(GpuLane):
             env.update(granted_devices_env())
         self.pool = WorkerPool(worker_command, run_timeout_s=settings.run_timeout_s, extra_env=env,
                                spares=spares, max_spares=spare_ceiling(spares), confine=confine,
-                               scratch_root=scratch_root)
+                               scratch_root=scratch_root, observe=settings.observe)
         self.lease = GpuLease(device.uuid, device.label, lease_folder)
         self._ahead_pools: set[WorkerPool] = set()  # compile-ahead jobs running or kept (closed with the lane)
         self._built: dict[str, WorkerPool] = {}  # task source -> the pool whose worker kept its build

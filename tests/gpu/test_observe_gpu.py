@@ -14,9 +14,39 @@ from gpu_helpers import CORRECT, adversarial_candidate, correct_candidate, log_r
 pytestmark = pytest.mark.gpu
 
 
+@pytest.fixture(scope="module")
+def observed_pool():
+    """Workers whose judge observes them (``EvalSettings.observe``; off by default until this
+    module passes on a GPU)."""
+    from kevin_agent.evaluate.isolation import WorkerPool
+
+    with WorkerPool(run_timeout_s=300.0, observe=True) as pool:
+        yield pool
+
+
+@pytest.fixture(scope="module")
+def confined_observed_pool(gpu_cache_dir):
+    """The same, confined as a lane confines its workers and judges (the candidate's layer grants
+    no /dev/shm: the first version's interprocess events failed there on the H100)."""
+    from kevin_agent.evaluate.isolation import WorkerPool
+    from kevin_agent.evaluate.lanes import granted_devices_env, worker_confinement
+
+    env = {"CUDA_CACHE_PATH": str(gpu_cache_dir / "cuda-jit"), **granted_devices_env()}
+    with WorkerPool(run_timeout_s=300.0, observe=True, confine=worker_confinement("auto", gpu_cache_dir),
+                    extra_env=env) as pool:
+        yield pool
+
+
+def test_a_confined_worker_is_observed_too(confined_observed_pool, gpu_cache_dir):
+    result = run_job(confined_observed_pool, gpu_cache_dir, task_source("add"), correct_candidate("add"),
+                     "observed-confined-add")
+    assert result.verdict.correct, result.verdict.message + "\n" + result.stderr_tail[-800:]
+    assert result.verdict.details.timing.timed_outside is True
+
+
 @pytest.mark.parametrize("name", CORRECT)
-def test_an_honest_kernel_is_timed_and_read_outside_its_process(worker_pool, gpu_cache_dir, name):
-    result = run_job(worker_pool, gpu_cache_dir, task_source(name), correct_candidate(name), f"observed-{name}")
+def test_an_honest_kernel_is_timed_and_read_outside_its_process(observed_pool, gpu_cache_dir, name):
+    result = run_job(observed_pool, gpu_cache_dir, task_source(name), correct_candidate(name), f"observed-{name}")
     verdict = result.verdict
     assert verdict.correct, verdict.message + "\n" + result.stderr_tail[-800:]
     t = verdict.details.timing
@@ -30,8 +60,8 @@ def test_an_honest_kernel_is_timed_and_read_outside_its_process(worker_pool, gpu
                 "calls_per_batch": t.outside_calls_per_batch})
 
 
-def test_work_that_escapes_the_timed_stream_is_on_the_judges_clock(worker_pool, gpu_cache_dir):
-    result = run_job(worker_pool, gpu_cache_dir, task_source("add"), adversarial_candidate("side_stream"),
+def test_work_that_escapes_the_timed_stream_is_on_the_judges_clock(observed_pool, gpu_cache_dir):
+    result = run_job(observed_pool, gpu_cache_dir, task_source("add"), adversarial_candidate("side_stream"),
                      "observed-side-stream")
     verdict = result.verdict
     assert not verdict.correct, verdict.message

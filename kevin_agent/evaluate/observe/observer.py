@@ -4,7 +4,7 @@ For each batch of ``k`` calls the judge makes ``k`` input sets from fresh ``os.u
 worker never sees a seed), and keeps private copies. It times the reference on them, then the
 candidate: it marks the start on its own stream, copies the sets into the allocation the worker
 shared for them, records the worker's "go" event, asks the worker to run the batch, waits for the
-worker's "done" event on its own stream and marks the end. Only then does it read the outputs, straight from the
+worker's "done" fence on its own stream and marks the end. Only then does it read the outputs, straight from the
 worker's device memory, at positions it draws after the worker said it was done, and compares
 them with its own reference run on its private copies (both gates of ``check_outputs``).
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from kevin_agent.evaluate.observe.report import Observation, finite
-from kevin_agent.evaluate.observe.transport import Transport, leaf_view
+from kevin_agent.evaluate.observe.transport import FENCES_BYTES, Transport, leaf_view
 from kevin_agent.evaluate.observe.wire import (
     DTYPE_BYTES,
     MAX_CALLS,
@@ -124,13 +124,13 @@ class _Session:
         armed = expect(channel.receive(MESSAGE_TIMEOUT_S), "armed")
         self.handle = str(armed.get("staging"))
         self.staging = transport.open(self.handle)
-        if self.staging.numel() < wanted:
-            raise ChannelError(f"the worker shared {self.staging.numel()} bytes for inputs, not {wanted}")
-        self.go = transport.open_event(str(armed.get("go")))
-        self.done = transport.open_event(str(armed.get("done")))
+        if self.staging.numel() < FENCES_BYTES + wanted:
+            raise ChannelError(f"the worker shared {self.staging.numel()} bytes for fences and inputs, not "
+                               f"{FENCES_BYTES + wanted}")
+        self.go, self.done = transport.flags(self.staging, self.handle)
         # the reference reads the same layout from the judge's own memory: the candidate's process
         # can write the shared allocation at any time, so it never feeds the reference
-        self.own_staging = _bytes(wanted, transport.device)
+        self.own_staging = _bytes(FENCES_BYTES + wanted, transport.device)
 
     def run(self) -> None:
         warm = self.batch(min(2, self.max_calls), measured=False)
@@ -176,7 +176,7 @@ class _Session:
                 if offset is None:
                     views.append(arg)
                     continue
-                leaf = _leaf_of(arg, self.handle, index * self.plan.set_bytes + offset)
+                leaf = _leaf_of(arg, self.handle, FENCES_BYTES + index * self.plan.set_bytes + offset)
                 view = leaf_view(target, leaf)
                 view.copy_(arg)
                 views.append(view)
@@ -221,7 +221,8 @@ class _Session:
             if offset is None:
                 described.append({"value": arg})
             else:
-                described.append({"tensor": _leaf_of(arg, self.handle, index * self.plan.set_bytes + offset).to_dict()})
+                place = FENCES_BYTES + index * self.plan.set_bytes + offset
+                described.append({"tensor": _leaf_of(arg, self.handle, place).to_dict()})
         return described
 
     def _output_views(self, raw: Any, calls: int) -> tuple[list[list[Any]], list[list[Any]]]:

@@ -2,9 +2,10 @@
 
 Runs in the candidate's process after the in-process stages passed, so nothing here is trusted:
 it only makes the observation possible. Everything shared is made here and mapped by the judge
-(so nothing of the judge's is ever mapped into the candidate's process): one allocation the
-judge writes the input sets into, a "go" event the judge records once it has written a batch's
-inputs, and a "done" event. For each batch the judge sends where each call's inputs lie; this
+(so nothing of the judge's is ever mapped into the candidate's process): one allocation whose
+first words are the fences ("go", which the judge's stream writes once it has written a batch's
+inputs; "done", which this side's stream writes after the batch) and whose rest the judge writes
+the input sets into. For each batch the judge sends where each call's inputs lie; this
 side waits for "go" on its stream, calls the candidate once per set, waits for the device,
 records "done" and sends where each call's outputs lie (they stay alive until the next batch).
 torch (lazily) and the standard library only.
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Optional
 
-from kevin_agent.evaluate.observe.transport import Transport, leaf_view
+from kevin_agent.evaluate.observe.transport import FENCES_BYTES, Transport, leaf_view
 from kevin_agent.evaluate.observe.wire import (
     MAX_CALLS,
     MAX_LEAVES,
@@ -36,10 +37,12 @@ def serve(channel: Channel, transport: Transport, candidate: Callable[..., Any],
         channel.send({"op": "ready", "inproc_ms": inproc_ms})
         wanted = whole(expect(channel.receive(MESSAGE_TIMEOUT_S), "staging").get("bytes"), 1, MAX_STAGING_BYTES,
                        "the staging size")
-        staging, staging_handle = transport.allocate(wanted)
-        go, go_handle = transport.event()
-        done, done_handle = transport.event()
-        channel.send({"op": "armed", "staging": staging_handle, "go": go_handle, "done": done_handle})
+        allocation, staging_handle = transport.allocate(FENCES_BYTES + wanted)
+        go, done = transport.flags(allocation, staging_handle)
+        allocation[:FENCES_BYTES].zero_()
+        transport.synchronize()
+        staging = allocation
+        channel.send({"op": "armed", "staging": staging_handle})
         kept: list[Any] = []
         while True:
             message = channel.receive(MESSAGE_TIMEOUT_S)

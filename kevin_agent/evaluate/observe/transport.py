@@ -1,8 +1,10 @@
 """How the judge and the worker share memory, fences and a clock: CUDA IPC, or files on the CPU.
 
 ``CudaTransport``: device allocations shared with ``cudaIpcGetMemHandle`` / ``cudaIpcOpenMemHandle``
-(ctypes, into the same CUDA runtime torch loaded), interprocess events for fences both ways, and
-the judge's own timing events on its own stream for time. The judge's shared buffers are raw
+(ctypes, into the same CUDA runtime torch loaded), fence words in the shared allocation written
+and waited for by each side's stream (``cuStreamWriteValue64`` / ``cuStreamWaitValue64``: no
+interprocess events, which need a shared ``/dev/shm``), and the judge's own timing events on its
+own stream for time. The judge's shared buffers are raw
 ``cudaMalloc`` allocations of their own: a handle maps its whole allocation, so nothing else of
 the judge's may live there. ``FileTransport``: the CPU stand-in the tests drive, with the same
 protocol: shared buffers are files in a folder both processes may use, a fence is a no-op (the CPU
@@ -16,12 +18,16 @@ import os
 import re
 import secrets
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from kevin_agent.evaluate.observe.wire import DTYPE_BYTES, HANDLE_HEX, ChannelError, TensorLeaf
 
 CUDA_IPC_LAZY_ENABLE_PEER_ACCESS = 1
+CU_STREAM_WAIT_VALUE_GEQ = 0x0
+FLAG_BYTES = 256  # each fence word on its own stretch of the allocation; the inputs start after both
+FENCES_BYTES = 2 * FLAG_BYTES
 _FILE_HANDLE = re.compile(r"[a-z0-9-]{1,64}\.bin")
 
 
@@ -41,6 +47,23 @@ def _loaded_library(fragment: str, fallback: str) -> ctypes.CDLL:
     except OSError:
         pass
     return ctypes.CDLL(fallback)
+
+
+@dataclass
+class Flag:
+    """A fence word at ``address`` (this process's view of it) and how often it was used here."""
+
+    address: int
+    count: int = 0
+
+
+def _driver_function(cuda: ctypes.CDLL, name: str) -> Any:
+    """The driver's current version of ``name`` (``_v2`` where CUDA 12 renamed it)."""
+    for candidate in (f"{name}_v2", name):
+        function = getattr(cuda, candidate, None)
+        if function is not None:
+            return function
+    raise ChannelError(f"the CUDA driver has no {name}")
 
 
 def _checked(code: int, what: str) -> None:
@@ -129,20 +152,32 @@ class CudaTransport:
         dtype = str(tensor.dtype).removeprefix("torch.")
         return TensorLeaf(bytes(handle.reserved).hex(), tensor.data_ptr() - base, dtype, tuple(tensor.shape))
 
-    def event(self) -> tuple[Any, str]:
-        event = self._torch.cuda.Event(enable_timing=False, blocking=False, interprocess=True)
-        return event, bytes(event.ipc_handle()).hex()
+    def flags(self, allocation: Any, handle: str) -> tuple[Flag, Flag]:
+        """("go", "done"): two 64-bit words at the start of ``allocation`` (shared as ``handle``).
 
-    def open_event(self, handle: str) -> Any:
-        if not (0 < len(handle) <= HANDLE_HEX and all(c in "0123456789abcdef" for c in handle)):
-            raise ChannelError("a malformed event handle")
-        return self._torch.cuda.Event.from_ipc_handle(self.device, bytes.fromhex(handle))
+        Interprocess CUDA events need both processes to share a ``/dev/shm`` (the candidate's
+        layer grants none), while memory handles meet inside the driver; so a fence is a word
+        that one side's stream writes (``cuStreamWriteValue64``) and the other's waits for
+        (``cuStreamWaitValue64``, greater or equal), each counting its batches."""
+        base = int(allocation.data_ptr())
+        return Flag(base), Flag(base + FLAG_BYTES)
 
-    def record(self, event: Any) -> None:
-        event.record(self._torch.cuda.current_stream(self.device))
+    def record(self, flag: Flag) -> None:
+        """The flag's next count, written when this process's stream reaches this point."""
+        flag.count += 1
+        write = _driver_function(self._cuda, "cuStreamWriteValue64")
+        _checked(write(ctypes.c_void_p(self._stream()), ctypes.c_uint64(flag.address), ctypes.c_uint64(flag.count),
+                       ctypes.c_uint(0)), "cuStreamWriteValue64")
 
-    def wait(self, event: Any) -> None:
-        self._torch.cuda.current_stream(self.device).wait_event(event)
+    def wait(self, flag: Flag) -> None:
+        """This process's stream waits until the flag reaches its next count."""
+        flag.count += 1
+        wait = _driver_function(self._cuda, "cuStreamWaitValue64")
+        _checked(wait(ctypes.c_void_p(self._stream()), ctypes.c_uint64(flag.address), ctypes.c_uint64(flag.count),
+                      ctypes.c_uint(CU_STREAM_WAIT_VALUE_GEQ)), "cuStreamWaitValue64")
+
+    def _stream(self) -> int:
+        return int(self._torch.cuda.current_stream(self.device).cuda_stream)
 
     def mark(self) -> Any:
         """A point on this process's stream whose time ``between`` reads (a timing event)."""
@@ -210,17 +245,15 @@ class FileTransport:
         view.copy_(flat)
         return TensorLeaf(handle, 0, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape))
 
-    def event(self) -> tuple[Any, str]:
-        return None, "0"
+    def flags(self, allocation: Any, handle: str) -> tuple[Flag, Flag]:
+        """No fences on the CPU: every step runs in order."""
+        return Flag(0), Flag(0)
 
-    def open_event(self, handle: str) -> Any:
-        return None
+    def record(self, flag: Flag) -> None:
+        flag.count += 1
 
-    def record(self, event: Any) -> None:
-        pass
-
-    def wait(self, event: Any) -> None:
-        pass
+    def wait(self, flag: Flag) -> None:
+        flag.count += 1
 
     def mark(self) -> Any:
         return time.perf_counter()
