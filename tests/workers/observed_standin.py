@@ -30,8 +30,7 @@ from kevin_agent.evaluate.observe.served import serve
 from kevin_agent.evaluate.observe.transport import FileTransport
 from kevin_agent.evaluate.observe.wire import FOLDER_ENV, Channel
 from kevin_agent.evaluate.worker.context import build_reference
-from kevin_agent.evaluate.worker.correctness import flatten_outputs
-from kevin_agent.evaluate.worker.correctness import trial_inputs
+from kevin_agent.evaluate.worker.correctness import flatten_outputs, trial_inputs
 from kevin_agent.evaluate.worker.guards import snapshot
 from kevin_agent.verdict_records import TimingStats
 
