@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_judge_process import TASK  # the same small task the witness tests judge
 
 from kevin_agent.data import Stage, Verdict, VerdictDetails
 from kevin_agent.evaluate.api import EvalSettings
@@ -25,23 +26,6 @@ from kevin_agent.evaluate.protocol import Baseline, WorkerJob
 from kevin_agent.verdict_records import LATE_WORK, TIMING_DISAGREES, TimingStats
 
 STANDIN = Path(__file__).parent / "workers" / "observed_standin.py"
-TASK = """
-import torch
-
-class Model(torch.nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.randn(n, n))
-
-    def forward(self, x):
-        return x @ self.weight
-
-def get_inputs():
-    return [torch.randn(8, 16)]
-
-def get_init_inputs():
-    return [16]
-"""
 
 
 def _stats(ms: float) -> TimingStats:
