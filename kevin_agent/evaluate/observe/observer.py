@@ -110,9 +110,12 @@ def observe(channel: Channel, transport: Transport, judged: Judged) -> Observati
 class _Session:
     def __init__(self, channel: Channel, transport: Transport, judged: Judged, seen: Observation) -> None:
         self.channel, self.transport, self.judged, self.seen = channel, transport, judged, seen
+        import torch
+
         sample = judged.make_inputs(_seed())
         self.plan = _Plan(sample)
-        expected = _leaves(judged.reference(*sample))
+        with torch.no_grad():
+            expected = _leaves(judged.reference(*sample))
         self.out_bytes = sum(leaf.numel() * leaf.element_size() for leaf in expected if hasattr(leaf, "numel"))
         self.out_shapes = [tuple(leaf.shape) if hasattr(leaf, "shape") else None for leaf in expected]
         self.copy_outputs = False  # set when calls return the same memory (a static output buffer)
