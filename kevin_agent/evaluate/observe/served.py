@@ -52,10 +52,8 @@ def serve(channel: Channel, transport: Transport, candidate: Callable[..., Any],
             kept = []  # the last batch's outputs are released only now: the judge has read them
             kept = _run_batch(candidate, calls, transport, (go, done), message.get("copy") is True)
             channel.send({"op": "done", "outputs": [[_describe(leaf, transport) for leaf in out] for out in kept]})
-    except ChannelError as exc:
-        return str(exc)
-    except Exception as exc:  # the candidate raised on an observed call: the judge hears why
-        why = f"{type(exc).__name__}: {str(exc)[:300]}"
+    except Exception as exc:  # the candidate raised on an observed call, or sharing failed: the judge hears why
+        why = str(exc) if isinstance(exc, ChannelError) else f"{type(exc).__name__}: {str(exc)[:300]}"
         try:
             channel.send({"op": "failed", "why": why})
         except ChannelError:
