@@ -218,7 +218,7 @@ def test_settings_round_trip_through_the_wire() -> None:
 
 CHANGED: dict[str, Any] = {"correctness_trials": 3, "timing_trials": 7, "warmup_trials": 2, "with_torch_compile": False,
            "compile_timeout_s": 12.0, "run_timeout_s": 9.0, "arch": "8.6", "seed": 7, "policy": "partial",
-           "sandbox": "off"}
+           "sandbox": "off", "observe": True}
 
 
 @pytest.mark.parametrize("field", sorted(CHANGED))

@@ -14,8 +14,9 @@ import argparse
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = ("exit codes: 0 done; 2 bad input (a bad cache_max_gb). Clear it only while no run or "
                      "evaluation is in progress: the next build makes the shared header again (minutes).")
-    parser.add_argument("action", nargs="?", choices=["show", "clear"], default="show",
-                        help="show (default): the place, the size of each part and the cap; clear: empty it")
+    parser.add_argument("action", nargs="?", choices=["show", "clear"], default="show", metavar="ACTION",
+                        help="show (default): the place, the size of each part and the cap; clear: empty it "
+                             "(show|clear)")
 
 
 def human(size: int) -> str:
