@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from test_correctness_fp64 import MatMul, ReversedBlocks, Tf32MatMul  # the fp64 gate's own honest and TF32 matmuls
 
 from kevin_agent.evaluate.judge_wire import WitnessWriter
 from kevin_agent.evaluate.judgement import trial_seed
@@ -109,28 +110,6 @@ def test_the_one_pass_answer_fails_against_a_two_pass_reference_already_on_plain
 
 
 # ---------------------------------------------------------------- other honest tasks still pass
-class MatMul(torch.nn.Module):
-    def forward(self, a, b):
-        return a @ b
-
-
-class ReversedBlocks(torch.nn.Module):
-    """A K = 4096 matmul summed in blocks of 32 from the last block to the first."""
-
-    def forward(self, a, b):
-        acc = torch.zeros(a.shape[0], b.shape[1])
-        for start in reversed(range(0, a.shape[1], 32)):
-            acc = acc + a[:, start:start + 32] @ b[start:start + 32, :]
-        return acc
-
-
-class Tf32MatMul(torch.nn.Module):
-    def forward(self, a, b):
-        def tf32(x):
-            return ((x.contiguous().view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
-        return tf32(a) @ tf32(b)
-
-
 def harness(reference, candidate, get_inputs) -> CorrectnessHarness:
     return CorrectnessHarness(reference=reference, candidate=candidate, get_inputs=get_inputs, device="cpu",
                               seed_all=torch.manual_seed, synchronize=lambda: None, poison=lambda: 0,
