@@ -28,8 +28,6 @@ from typing import Any, Optional
 from kevin_agent.evaluate.observe.report import Observation, finite
 from kevin_agent.evaluate.observe.transport import FENCES_BYTES, Transport, leaf_view
 from kevin_agent.evaluate.observe.wire import (
-    DTYPE_BYTES,
-    MAX_CALLS,
     MAX_LEAVES,
     Channel,
     ChannelError,
@@ -345,4 +343,4 @@ def _selector(positions: list[Any]) -> Callable[[int, Any], Any]:
     return select
 
 
-__all__ = ["DTYPE_BYTES", "MAX_CALLS", "Judged", "Observation", "observe"]
+__all__ = ["Judged", "Observation", "observe"]
