@@ -26,6 +26,12 @@ if not os.environ.get("CUDA_HOME") and _nvcc:
 # pytest-timeout instead (children inherit this; a test of the limit itself passes its own).
 os.environ.setdefault("KEVIN_COMPILE_TIMEOUT_S", "1500")
 
+# The tests' one shared build cache outlives each run and holds the precompiled headers of every
+# checkout and venv on the machine (each ~0.7 GB): the product's 5 GB cap would evict builds in the
+# middle of a run, rebuild them, and print a line that tests of a command's exact output don't expect.
+# Tests of the cap pass their own (explicit arguments or environment).
+os.environ.setdefault("KEVIN_CACHE_MAX_GB", "200")
+
 
 @pytest.fixture(scope="session")
 def shared_build_cache() -> Path:

@@ -4,6 +4,8 @@ server on the timing GPU, and one table of exit codes (help and README)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import subprocess
@@ -18,6 +20,7 @@ from kevin_agent.backends.serve import SERVE_COMMAND, evaluation_gpus, is_local_
 from kevin_agent.cli import EXIT_CODE_TABLE, build_parser, exit_codes_markdown, main
 from kevin_agent.config import cache_max_bytes
 from kevin_agent.errors import EnvironmentProblem, KevinError, UserInputError
+from kevin_agent.evaluate.build.ninja_file import PCH_HEADER, PCH_RECIPE, PCH_TEXT, ensure_pch, python_free_headers
 from kevin_agent.evaluate.build.usage import clear, evict_least_recent, part_sizes
 from kevin_agent.evaluate.cache_upkeep import with_header_notices
 
@@ -89,13 +92,47 @@ def test_eviction_removes_least_recently_used_builds_until_under_the_cap(tmp_pat
     fresh = _entry(tmp_path, "fresh", 4000, now - 60)  # in use a minute ago: never evicted
     (tmp_path / "pch" / "k").mkdir(parents=True)
     (tmp_path / "pch" / "k" / "h.gch").write_bytes(b"h" * 3000)
+    os.utime(tmp_path / "pch" / "k", (now - 30, now - 30))  # a header read half a minute ago
     result = evict_least_recent(tmp_path, cap_bytes=12_000, grace_s=600, now=now)
     assert (result.removed, result.freed) == (1, 4000)
     assert not old.exists() and middle.exists() and fresh.exists()
-    assert (tmp_path / "pch" / "k" / "h.gch").exists()  # headers are not builds
+    assert (tmp_path / "pch" / "k" / "h.gch").exists()  # in use: kept
     everything = evict_least_recent(tmp_path, cap_bytes=1, grace_s=600, now=now)
     assert everything.removed == 1 and fresh.exists() and not middle.exists()
     assert evict_least_recent(tmp_path, cap_bytes=10**9, now=now).removed == 0
+
+
+def test_a_header_no_build_has_read_for_days_goes_before_a_build_used_an_hour_ago(tmp_path):
+    """A precompiled header of another torch or venv is never read again: the cap removes it, and
+    every build stays, instead of emptying the builds while staying over the cap."""
+    now = 1_000_000.0
+    build = _entry(tmp_path, "recent", 4000, now - 3600)
+    stale = tmp_path / "pch" / "old-venv"
+    stale.mkdir(parents=True)
+    (stale / "h.gch").write_bytes(b"h" * 9000)
+    os.utime(stale, (now - 2 * 86400, now - 2 * 86400))
+    result = evict_least_recent(tmp_path, cap_bytes=10_000, grace_s=600, now=now)
+    assert (result.removed, result.freed, result.size) == (1, 9000, 4000)
+    assert not stale.exists() and build.exists()
+
+
+def test_a_header_in_use_is_touched_each_time_a_build_reads_it(tmp_path):
+    class Toolchain:
+        def fingerprint(self) -> dict[str, str]:
+            return {"cxx": "c++"}
+
+    key = hashlib.sha256(json.dumps([PCH_RECIPE, {"cxx": "c++"}, [], PCH_TEXT]).encode()).hexdigest()[:20]
+    work = tmp_path / "pch" / key / "work"
+    work.mkdir(parents=True)
+    (work / (PCH_HEADER + ".gch")).write_bytes(b"built")
+    os.utime(work.parent, (1000.0, 1000.0))
+    shim = python_free_headers(tmp_path)
+    os.utime(shim, (1000.0, 1000.0))
+    info = ensure_pch(tmp_path, Toolchain(), [])  # type: ignore[arg-type]
+    assert info.header == work / PCH_HEADER and info.seconds == 0.0
+    assert work.parent.stat().st_mtime > 1_000_000
+    python_free_headers(tmp_path)
+    assert shim.stat().st_mtime > 1_000_000
 
 
 def test_kevin_cache_shows_each_part_and_clear_empties_it(tmp_path, monkeypatch, capsys):
@@ -106,6 +143,7 @@ def test_kevin_cache_shows_each_part_and_clear_empties_it(tmp_path, monkeypatch,
     (root / "baselines").mkdir()
     (root / "baselines" / "b.json").write_text("{}")
     monkeypatch.setenv("KEVIN_BUILD_CACHE", str(root))
+    monkeypatch.delenv("KEVIN_CACHE_MAX_GB", raising=False)  # the default cap (conftest raises it for the suite)
     monkeypatch.chdir(tmp_path)
     assert main(["cache"]) == 0
     out = capsys.readouterr().out

@@ -3,7 +3,7 @@
 The cache (``KEVIN_BUILD_CACHE``, else ``~/.cache/kevin-agent/build``) holds the compiled
 candidates, the shared precompiled torch headers (one per toolchain: clearing collects those of
 toolchains no longer used), the measured baselines and torch.compile's caches. Its cap
-(``cache_max_gb``) is kept by every evaluator as it starts, least recently used builds first.
+(``cache_max_gb``) is kept by every evaluator as it starts, least recently used builds and headers first.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def show_lines(root: object, sizes: list[tuple[str, int]], cap: int) -> list[str
     lines = [f"build cache: {root}"]
     lines += [f"  {label.ljust(width)}  {human(size):>9}" for label, size in sizes]
     lines.append(f"  {'total'.ljust(width)}  {human(total):>9} (cap {human(cap)}: cache_max_gb in [tool.kevin] or "
-                 "KEVIN_CACHE_MAX_GB; past it, least recently used builds are removed)")
+                 "KEVIN_CACHE_MAX_GB; past it, least recently used builds and headers are removed)")
     return lines
 
 

@@ -1,7 +1,7 @@
 """The build cache's upkeep at an evaluator's start: the shared precompiled torch header, said out
 loud while it is built, and the size cap.
 
-The first build on a machine compiles <torch/extension.h> once (minutes, ~750 MB) before any
+The first build on a machine compiles the torch headers once (minutes, ~1.4 GB) before any
 candidate can build; a warm start finds it in milliseconds. So when the header step is still
 running after ``SLOW_AFTER_S`` the user hears what it is ("building the shared torch header
 once...") and then how long it has run, every ``EVERY_S``, until it ends: on the evaluator's
@@ -20,7 +20,7 @@ from kevin_agent.evaluate.build.usage import evict_least_recent
 
 SLOW_AFTER_S = 3.0  # a header already built answers far sooner
 EVERY_S = 20.0
-STARTING = ("building the shared torch header once, about 2 minutes on a laptop-class CPU (~750 MB in the "
+STARTING = ("building the shared torch header once, about 2 minutes on a laptop-class CPU (~1.4 GB in the "
             "build cache); later builds reuse it")
 
 
@@ -52,10 +52,10 @@ def with_header_notices(work: Callable[[], object], say: Callable[[str], None],
 
 
 def keep_under_cap(root: Path, cap_bytes: Optional[int], say: Callable[[str], None]) -> None:
-    """Evict least recently used builds past ``cap_bytes`` (None: no cap), saying what went."""
+    """Evict least recently used builds and headers past ``cap_bytes`` (None: no cap), saying what went."""
     if cap_bytes is None:
         return
     result = evict_least_recent(root, cap_bytes)
     if result.removed:
         say(f"build cache over its cap ({cap_bytes / 1e9:.1f} GB): removed {result.removed} least recently used "
-            f"builds ({result.freed / 1e6:.0f} MB); `kevin cache` shows what is left")
+            f"builds or headers ({result.freed / 1e6:.0f} MB); `kevin cache` shows what is left")

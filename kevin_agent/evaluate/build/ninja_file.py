@@ -28,6 +28,7 @@ from typing import Optional
 
 from kevin_agent.evaluate.build.flags import Toolchain, ninja_binary
 from kevin_agent.evaluate.build.log import SANDBOX_FAILED, launcher_failed, sandbox_refused
+from kevin_agent.evaluate.build.usage import touch
 from kevin_agent.evaluate.processes import niced, scrubbed_environment
 from kevin_agent.safe_text import terminal_safe
 
@@ -202,6 +203,7 @@ def python_free_headers(root: Path) -> Path:
             os.rename(tmp, folder)
         except OSError:  # made by another process meanwhile
             shutil.rmtree(tmp, ignore_errors=True)
+    touch([folder])  # in use (the size cap's order)
     return folder
 
 
@@ -218,6 +220,7 @@ def ensure_pch(root: Path, tc: Toolchain, cxx_flags: list[str], timeout_s: float
     final = root / "pch" / key
     header = final / "work" / PCH_HEADER
     if header.with_name(PCH_HEADER + ".gch").is_file():
+        touch([final])  # in use: the cache's size cap evicts least recently used headers first
         return PchInfo(header, 0.0)
     with file_lock(root / "locks" / f"pch-{key}.lock"):
         if header.with_name(PCH_HEADER + ".gch").is_file():

@@ -2,9 +2,11 @@
 
 The cache folder (``cache.default_cache_root``) holds the built extensions (``ext/<key>``), the
 shared precompiled torch headers (``pch/``), the measured baselines, torch.compile's and the CUDA
-driver's caches. ``evict_least_recent`` removes whole build entries, least recently used first
-(the parent touches an entry each time a candidate uses it), until the folder fits the cap; an
-entry used within ``grace_s`` is never removed (a worker may be loading it). An entry leaves by a
+driver's caches. ``evict_least_recent`` removes whole build entries and precompiled headers, least
+recently used first (the parent touches a build each time a candidate uses it, a header each time a
+build reads it), until the folder fits the cap; an entry used within ``grace_s`` is never removed (a
+worker may be loading it, a compile reading it). A header left by another torch or venv is never used
+again, so it goes first; one in use costs a rebuild of minutes when evicted, a build seconds. An entry leaves by a
 rename into ``tmp/`` first, so a reader sees a whole entry or none. ``clear`` empties the folder.
 Standard library only: this runs in the parent and in ``kevin cache``.
 """
@@ -29,6 +31,7 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("CUDA JIT cache", ("cuda-jit",)),
 )
 BUILDS = "ext"
+HEADERS = "pch"
 DEFAULT_GRACE_S = 600.0
 
 
@@ -70,16 +73,19 @@ class Eviction:
 
 def evict_least_recent(root: Path, cap_bytes: int, grace_s: float = DEFAULT_GRACE_S,
                        now: Optional[float] = None) -> Eviction:
-    """Remove build entries, least recently used first, until the cache fits ``cap_bytes``."""
+    """Remove build entries and precompiled headers, least recently used first, until the cache fits
+    ``cap_bytes``."""
     size = tree_size(root)
     if size <= cap_bytes:
         return Eviction(0, 0, size)
     now = time.time() if now is None else now
-    entries = sorted(((_mtime(e), e) for e in _children(root / BUILDS) if e.is_dir()), key=lambda item: item[0])
+    candidates = [*_children(root / BUILDS), *_children(root / HEADERS)]
+    entries = sorted(((_mtime(e), e) for e in candidates if e.is_dir() and not e.is_symlink()),
+                     key=lambda item: item[0])
     removed = freed = 0
     for used, entry in entries:
         if size - freed <= cap_bytes or now - used < grace_s:
-            break
+            break  # sorted: every later entry was used more recently
         bytes_ = tree_size(entry)
         if _remove(root, entry):
             removed, freed = removed + 1, freed + bytes_
