@@ -132,7 +132,7 @@ def _require_table(value: Any, path: Path) -> dict[str, Any]:
 
 # keys of [tool.kevin] owned by other modules: accept.plan.CONFIG_KEY, accept.apply.HOOKS_CONFIG_KEY
 OTHER_KEYS = ("accept_dir", "run_hooks")
-CACHE_MAX_KEY = "cache_max_gb"  # the build cache's size cap (builds and headers past it are evicted, least recently used)
+CACHE_MAX_KEY = "cache_max_gb"  # the build cache's size cap (past it, least recently used builds and headers go)
 CACHE_MAX_VAR = "KEVIN_CACHE_MAX_GB"
 DEFAULT_CACHE_MAX_GB = 5.0
 

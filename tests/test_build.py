@@ -6,6 +6,7 @@ session-scoped cache; everything else reuses them.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import os
@@ -22,6 +23,7 @@ from kevin_agent.errors import EnvironmentProblem
 from kevin_agent.evaluate.build.cache import BuildCache
 from kevin_agent.evaluate.build.compile import compile_candidate, compile_many
 from kevin_agent.evaluate.build.flags import NO_ARCH, find_cuda_home, gencode_flags, resolve_arch
+from kevin_agent.evaluate.build.specs import extract_specs
 from kevin_agent.evaluate.source.calls import extract_static
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -29,6 +31,7 @@ ADD = FIXTURES / "kernels" / "add_candidate.py"
 SOFTMAX = FIXTURES / "kernels" / "softmax_candidate.py"
 BROKEN = FIXTURES / "build" / "broken_candidate.py"
 NAMESPACE = FIXTURES / "build" / "namespace_candidate.py"
+ALL_OF_TORCH = FIXTURES / "build" / "all_of_torch_candidate.py"
 TIMES: dict[str, float] = {}
 
 
@@ -235,6 +238,50 @@ def test_unsplittable_candidate_builds_through_the_whole_path(cache_root, add_ou
     (result,) = outcome.results
     assert result.path == "whole" and "namespace" in result.split_note
     assert result.module_path and Path(result.module_path).is_file()
+
+
+@pytest.mark.nvcc
+def test_host_code_needing_more_than_torch_types_builds_through_the_whole_path(cache_root, add_outcome):
+    """The split's host unit sees torch/types.h (its header loads in half the time); code using
+    torch::nn::functional fails there and builds with all of torch, as under stock load_inline."""
+    outcome = compile_candidate(ALL_OF_TORCH.read_text(), BuildCache(cache_root))
+    assert outcome.ok, outcome.message
+    (result,) = outcome.results
+    assert (result.path, result.split_note) == ("whole", "split build failed outside the kernels; retried whole")
+    assert result.log_path and "‘torch::nn’ has not been declared" in Path(result.log_path).read_text()  # the split's
+
+
+@pytest.mark.nvcc
+def test_a_tasks_later_candidates_reuse_our_binding_object_and_load_side_by_side(cache_root, add_outcome):
+    """The binding names no module: a second candidate with the same declarations copies its object
+    in (no compile of bindings.cpp), and both modules load in one process under their own names."""
+    assert add_outcome.ok
+    (spec, *_), _ = extract_specs(ADD.read_text())
+    variant = dataclasses.replace(spec, cuda_sources=(*spec.cuda_sources, "// a later candidate\n"))
+    kept = sorted(p.name for p in (cache_root / "objects").iterdir())
+    result = BuildCache(cache_root).build(variant)
+    assert result.ok and not result.cache_hit and result.log_path and result.module_path, result.errors
+    assert sorted(p.name for p in (cache_root / "objects").iterdir()) == kept  # nothing new kept
+    log = Path(result.log_path).read_text()
+    assert "module_init.cpp" in log and "bindings.cpp" not in log  # the binding was not compiled
+    first = add_outcome.results[0].module_path
+    assert first
+    script = textwrap.dedent(f"""
+        import importlib.util, torch
+        names = []
+        for path in ({first!r}, {result.module_path!r}):
+            name = path.rsplit("/", 1)[1].split(".")[0]
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            names.append((module.__name__, module.elementwise_add_cuda.__module__))
+        print("RESULT", names)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert "RESULT" in proc.stdout, proc.stderr[-2000:]
+    names = ast.literal_eval(proc.stdout.split("RESULT", 1)[1].strip())
+    own = [Path(p).name.split(".")[0] for p in (first, result.module_path)]
+    assert names == [(own[0], own[0]), (own[1], own[1])] and own[0] != own[1]
 
 
 @pytest.mark.nvcc

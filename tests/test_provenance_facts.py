@@ -183,7 +183,15 @@ def test_binding_declarations_come_from_prototypes_or_definition_heads():
         from kevin_agent.evaluate.build.layout import refuse_own_binding
         refuse_own_binding(own)
     generated = bindings_cpp(ExtensionSpec("e", ("int f();",), (), ("f",)), "kevin_m")
-    assert "torch::wrap_pybind_function(f)" in generated and "#define TORCH_EXTENSION_NAME kevin_m" in generated
+    assert "torch::wrap_pybind_function(f)" in generated and "kevin_m" not in generated  # shared by a task's builds
+    assert "PYBIND11_MODULE(kevin_bindings_shared, m)" in generated
+    naming = bindings_cpp(ExtensionSpec("e", ("int f(int n = TORCH_EXTENSION_NAME_LEN);",), (), ("f",)), "kevin_m")
+    assert "#define TORCH_EXTENSION_NAME kevin_bindings_shared" in naming  # a longer word is not the macro
+    naming = bindings_cpp(ExtensionSpec("e", ("#include <torch/extension.h>\nint f(const char* m = "
+                                              "TORCH_EXTENSION_NAME);",), (), ("f",)), "kevin_m")
+    assert "#define TORCH_EXTENSION_NAME kevin_m" in naming  # declarations that use the module's name keep it
+    from kevin_agent.evaluate.build.layout import module_init_cpp
+    assert 'PyInit_kevin_m() { return kevin_bindings_init(); }' in module_init_cpp("kevin_m")
 
 
 def _tiny_build(folder: Path) -> None:

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Optional
 
+from kevin_agent.evaluate.build import shared_objects
 from kevin_agent.evaluate.build.chunks import SplitRefused
 from kevin_agent.evaluate.build.facts import build_facts
 from kevin_agent.evaluate.build.flags import Toolchain, pch_flags, toolchain
@@ -39,6 +40,9 @@ from kevin_agent.evaluate.build.listing import failed_for_now, kernel_listing
 from kevin_agent.evaluate.build.log import SANDBOX_FAILED, errors_only_in, trim_errors
 from kevin_agent.evaluate.build.ninja_file import (
     PCH_TEXT_NO_PYTHON,
+    PCH_TEXT_NO_PYTHON_FULL,
+    SHIM_TEXT,
+    SHIM_TEXT_FULL,
     Confine,
     append_log,
     ensure_pch,
@@ -249,6 +253,8 @@ class BuildCache:
             except BindingRefused as exc:
                 return _binding_refused(str(exc), log_path)
             append_log(log_path, f"\n=== whole path ({note}) ===\n")
+        headers, more_pch_seconds = self._headers(spec.extra_cflags, all_of_torch=True)
+        pch_seconds += more_pch_seconds
         try:
             layout = whole_layout(spec, module, tc, headers, note)
         except BindingRefused as exc:
@@ -257,14 +263,17 @@ class BuildCache:
         result.pch_seconds, result.split_note = pch_seconds, note
         return result
 
-    def _headers(self, extra_cflags: tuple[str, ...]) -> tuple[Headers, float]:
+    def _headers(self, extra_cflags: tuple[str, ...], all_of_torch: bool = False) -> tuple[Headers, float]:
         """The shared headers of a build with ``extra_cflags`` (each built once), and the seconds
-        spent building them now."""
+        spent building them now. The candidate's units see torch/types.h, or all of torch's C++
+        API with ``all_of_torch`` (the whole path)."""
         tc = self.toolchain
         flags = tc.cxx_flags(pch_flags(extra_cflags))
+        own_text, shim_text = (PCH_TEXT_NO_PYTHON_FULL, SHIM_TEXT_FULL) if all_of_torch else (PCH_TEXT_NO_PYTHON,
+                                                                                             SHIM_TEXT)
         bindings = ensure_pch(self.root, tc, flags, confine_for=self._confinement)
-        own = ensure_pch(self.root, tc, flags, confine_for=self._confinement, header_text=PCH_TEXT_NO_PYTHON)
-        headers = Headers(bindings.header, own.header, python_free_headers(self.root))
+        own = ensure_pch(self.root, tc, flags, confine_for=self._confinement, header_text=own_text)
+        headers = Headers(bindings.header, own.header, python_free_headers(self.root, shim_text))
         return headers, bindings.seconds + own.seconds
 
     def _run(self, layout: Layout, module: str, directory: Path, log_path: Path,
@@ -275,12 +284,15 @@ class BuildCache:
         work.mkdir()  # new: no earlier compile can have made it (they write only their own folder)
         for name, content in layout.files.items():
             write_new(work / name, content)
+        steps = shared_objects.reuse(self.root, layout.steps, work)
+        prebuilt = tuple(step.output for step in layout.steps if step not in steps)
         target = f"{module}.so"
-        write_ninja(work, self.toolchain, layout.steps, target, self.toolchain.ldflags(tuple(extra_ldflags)))
+        write_ninja(work, self.toolchain, steps, target, self.toolchain.ldflags(tuple(extra_ldflags)), prebuilt)
         ran = run_ninja(work, self.ninja_jobs, self.timeout_s, log_path, self._confinement(work))
         module_path, errors = None, None if ran.ok else limit_message(ran.output) or trim_errors(ran.output)
         facts = None
         if ran.ok:
+            shared_objects.keep(self.root, steps, work)
             module_path, problem = take_module(work / target, directory / MODULE_FOLDER)
             errors = problem
             facts = build_facts(work, layout.own_objects, layout.preprocessed, self.sandbox)

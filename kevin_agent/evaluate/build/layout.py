@@ -12,6 +12,8 @@ units (``Layout.preprocessed``) say which ``__global__`` functions its text defi
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +28,10 @@ from kevin_agent.evaluate.source.clex import shadow
 CPP_NAME = "cpp_sources"
 BINDINGS_NAME = "kevin_bindings"
 BINDINGS_FILE = "bindings.cpp"
+INIT_FILE = "module_init.cpp"
+SHARED_MODULE = "kevin_bindings_shared"  # the binding's own name; each module's entry calls it
+INIT_ENTRY = "kevin_bindings_init"
+BINDING_RECIPE = "kevin-binding-1"  # bump when the binding's text or its compile change meaning
 
 
 @dataclass(frozen=True)
@@ -56,9 +62,11 @@ class Layout:
 
 
 def bindings(functions: tuple[str, ...]) -> str:
-    """pybind11 bindings for ``functions``, as load_inline generates them."""
+    """pybind11 bindings for ``functions``, as load_inline generates them, under the shared name, and
+    the entry the module's own unit calls (``module_init_cpp``)."""
     defs = "".join(f'm.def("{f}", torch::wrap_pybind_function({f}), "{f}");\n' for f in functions)
-    return f'#line 1 "{BINDINGS_NAME}"\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{defs}}}\n'
+    return (f'#line 1 "{BINDINGS_NAME}"\nPYBIND11_MODULE({SHARED_MODULE}, m) {{\n{defs}}}\n'
+            f'extern "C" PyObject* {INIT_ENTRY}() {{ return PyInit_{SHARED_MODULE}(); }}\n')
 
 
 def _prefix(module: str) -> str:
@@ -66,13 +74,24 @@ def _prefix(module: str) -> str:
 
 
 def bindings_cpp(spec: ExtensionSpec, module: str) -> str:
-    """Our own translation unit: declarations of the ``functions`` and the PYBIND11_MODULE.
-    Raises BindingRefused when cpp_sources declare them in no form we can copy."""
+    """Our own translation unit: declarations of the ``functions`` and their pybind11 wrappers. It
+    names no module (unless the declarations use TORCH_EXTENSION_NAME), so one task's candidates
+    share its object (``shared_objects``). Raises BindingRefused when cpp_sources declare the
+    functions in no form we can copy."""
     if not spec.functions:
-        return _prefix(module) + f'#line 1 "{BINDINGS_NAME}"\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{}}\n'
+        return _prefix(SHARED_MODULE) + bindings(())
     cpp = "\n".join(spec.cpp_sources)
     declarations = cpp if cpp_is_declarations_only(spec.cpp_sources) else derived_declarations(cpp, spec.functions)
-    return _prefix(module) + f'#line 1 "{CPP_NAME}"\n{declarations}\n' + bindings(spec.functions)
+    name = module if re.search(r"\bTORCH_EXTENSION_NAME\b", declarations) else SHARED_MODULE
+    return _prefix(name) + f'#line 1 "{CPP_NAME}"\n{declarations}\n' + bindings(spec.functions)
+
+
+def module_init_cpp(module: str) -> str:
+    """The module's own entry point: ``PyInit_<module>`` handing over to the shared binding's (the
+    module's name comes from the importer: pybind11 initialises in phases, from the spec)."""
+    return (f'extern "C" struct _object* {INIT_ENTRY}();\n'
+            f'extern "C" __attribute__((visibility("default"))) struct _object* PyInit_{module}() '
+            f"{{ return {INIT_ENTRY}(); }}\n")
 
 
 def derived_declarations(cpp: str, functions: tuple[str, ...]) -> str:
@@ -188,10 +207,16 @@ def refuse_own_binding(spec: ExtensionSpec) -> None:
                                  "pybind11; remove the PYBIND11_MODULE block")
 
 
-def _bindings_step(layout: Layout, spec: ExtensionSpec, module: str, cxx: list[str]) -> None:
+def _bindings_step(layout: Layout, spec: ExtensionSpec, module: str, tc: Toolchain, cxx: list[str]) -> None:
+    """The binding (its object shared by every build of the same text and flags) and the module's
+    entry point (a unit without headers: milliseconds)."""
     refuse_own_binding(spec)
-    layout.files[BINDINGS_FILE] = bindings_cpp(spec, module)
-    layout.steps.append(Step(BINDINGS_FILE, "bindings.o", "cxx", cxx))
+    text = bindings_cpp(spec, module)
+    key = hashlib.sha256(json.dumps([BINDING_RECIPE, tc.fingerprint(), cxx, text]).encode()).hexdigest()
+    layout.files[BINDINGS_FILE] = text
+    layout.files[INIT_FILE] = module_init_cpp(module)
+    layout.steps += [Step(BINDINGS_FILE, "bindings.o", "cxx", cxx, shared_key=key),
+                     Step(INIT_FILE, "module_init.o", "cxx", tc.cxx_flags())]
 
 
 def split_layout(spec: ExtensionSpec, module: str, tc: Toolchain, headers: Headers | None = None) -> Layout:
@@ -208,7 +233,7 @@ def split_layout(spec: ExtensionSpec, module: str, tc: Toolchain, headers: Heade
     _own_step(layout, Step("kernels.cu", "kernels.o", "cuda", nvcc))
     _own_step(layout, Step("host.cpp", "host.o", "cxx", cxx))
     _own_cpp(layout, spec, module, cxx, "cpp.cpp")
-    _bindings_step(layout, spec, module, tc.cxx_flags(spec.extra_cflags) + _pch(headers.bindings) + tc.includes())
+    _bindings_step(layout, spec, module, tc, tc.cxx_flags(spec.extra_cflags) + _pch(headers.bindings) + tc.includes())
     return layout
 
 
@@ -227,5 +252,5 @@ def whole_layout(spec: ExtensionSpec, module: str, tc: Toolchain, headers: Heade
                                    f"#line 1 \"{SOURCE_NAME}\"\n{cuda}\n")
         _own_step(layout, Step("cuda.cu", "cuda.o", "cuda", nvcc))
     _own_cpp(layout, spec, module, cxx, "main.cpp")
-    _bindings_step(layout, spec, module, tc.cxx_flags(spec.extra_cflags) + _pch(headers.bindings) + tc.includes())
+    _bindings_step(layout, spec, module, tc, tc.cxx_flags(spec.extra_cflags) + _pch(headers.bindings) + tc.includes())
     return layout

@@ -35,8 +35,15 @@ from kevin_agent.safe_text import terminal_safe
 PCH_HEADER = "kevin_torch_ext.h"
 PCH_RECIPE = "kevin-pch-1"  # bump when the header's flags change meaning
 PCH_TEXT = "#include <torch/extension.h>\n"  # the binding's header: torch with pybind11
-PCH_TEXT_NO_PYTHON = "#include <torch/all.h>\n"  # the candidate's: torch's C++ API only
-SHIM_TEXT = "#pragma once\n#include <torch/all.h>\n"  # <torch/extension.h> as the candidate's code sees it
+# The candidate's units see <torch/extension.h> without Python or pybind11. The split path gives them
+# torch/types.h (tensors, ATen's operators, the factories: what host code of a kernel uses), whose
+# precompiled image loads in half the time of torch/all.h's; the whole path, the fallback when the
+# split fails outside the kernels, gives them all of torch's C++ API (torch::nn, optim, data...),
+# so code that needs more than types.h still builds, as it would with stock load_inline.
+PCH_TEXT_NO_PYTHON = "#include <torch/types.h>\n"
+SHIM_TEXT = "#pragma once\n#include <torch/types.h>\n"
+PCH_TEXT_NO_PYTHON_FULL = "#include <torch/all.h>\n"
+SHIM_TEXT_FULL = "#pragma once\n#include <torch/all.h>\n"
 MAX_OUTPUT = 4_000_000  # characters of a compile's output kept (the rest is counted, not stored)
 TAIL_OUTPUT = 65_536  # ... except its last characters, where a limit that stopped the child is named
 Confine = Callable[[list[str]], list[str]]
@@ -51,6 +58,7 @@ class Step:
     output: str
     rule: str
     flags: list[str] = field(default_factory=list)
+    shared_key: str | None = None  # our own unit, its object kept and reused by every build (shared_objects)
 
 
 @contextmanager
@@ -69,8 +77,10 @@ def _quote(flags: list[str]) -> str:
     return " ".join(shlex.quote(f) for f in flags).replace("$", "$$")
 
 
-def write_ninja(directory: Path, tc: Toolchain, steps: list[Step], target: str, ldflags: list[str]) -> Path:
-    """A build.ninja compiling ``steps`` and linking them into ``target`` (names relative to ``directory``)."""
+def write_ninja(directory: Path, tc: Toolchain, steps: list[Step], target: str, ldflags: list[str],
+                prebuilt: tuple[str, ...] = ()) -> Path:
+    """A build.ninja compiling ``steps`` and linking them, and the ``prebuilt`` objects already in
+    ``directory``, into ``target`` (names relative to ``directory``)."""
     lines = [
         "ninja_required_version = 1.3",
         f"cxx = {shlex.quote(tc.cxx)}",
@@ -88,7 +98,7 @@ def write_ninja(directory: Path, tc: Toolchain, steps: list[Step], target: str, 
     ]
     for step in steps:
         lines += [f"build {step.output}: {step.rule} {step.source}", f"  flags = {_quote(step.flags)}"]
-    objects = " ".join(s.output for s in steps if not s.rule.endswith("_pp"))
+    objects = " ".join([*(s.output for s in steps if not s.rule.endswith("_pp")), *prebuilt])
     listings = " ".join(s.output for s in steps if s.rule.endswith("_pp"))  # preprocessed text: built, not linked
     lines += [f"build {target}: link {objects}" + (f" | {listings}" if listings else ""),
               f"  ldflags = {_quote(ldflags)}"]
@@ -189,16 +199,16 @@ class PchInfo:
     seconds: float  # time spent building it now (0.0 when it was already there)
 
 
-def python_free_headers(root: Path) -> Path:
+def python_free_headers(root: Path, text: str = SHIM_TEXT) -> Path:
     """A folder whose ``torch/extension.h`` is torch without Python or pybind11 (``-I`` it before
     torch's own folders): the candidate's translation units see the C++ API only, so nothing of
     pybind11's inline code lands in their objects and their imports are their own calls."""
-    folder = root / "pch" / f"shim-{hashlib.sha256(SHIM_TEXT.encode()).hexdigest()[:12]}"
+    folder = root / "pch" / f"shim-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
     header = folder / "torch" / "extension.h"
     if not header.is_file():
         tmp = Path(tempfile.mkdtemp(prefix="shim-", dir=_ensure(root / "pch")))
         (tmp / "torch").mkdir()
-        (tmp / "torch" / "extension.h").write_text(SHIM_TEXT)
+        (tmp / "torch" / "extension.h").write_text(text)
         try:
             os.rename(tmp, folder)
         except OSError:  # made by another process meanwhile

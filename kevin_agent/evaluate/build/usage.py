@@ -1,12 +1,12 @@
 """What the build cache holds, by part, and keeping it under a size cap.
 
 The cache folder (``cache.default_cache_root``) holds the built extensions (``ext/<key>``), the
-shared precompiled torch headers (``pch/``), the measured baselines, torch.compile's and the CUDA
-driver's caches. ``evict_least_recent`` removes whole build entries and precompiled headers, least
-recently used first (the parent touches a build each time a candidate uses it, a header each time a
-build reads it), until the folder fits the cap; an entry used within ``grace_s`` is never removed (a
-worker may be loading it, a compile reading it). A header left by another torch or venv is never used
-again, so it goes first; one in use costs a rebuild of minutes when evicted, a build seconds. An entry leaves by a
+shared precompiled torch headers (``pch/``), the shared objects of our generated units
+(``objects/``), the measured baselines, torch.compile's and the CUDA driver's caches.
+``evict_least_recent`` removes whole build entries, shared objects and precompiled headers, least
+recently used first (the parent touches each as a build uses it), until the folder fits the cap; an
+entry used within ``grace_s`` is never removed (a worker may be loading it, a compile reading it). A
+header left by another torch or venv is never read again, so it goes first. An entry leaves by a
 rename into ``tmp/`` first, so a reader sees a whole entry or none. ``clear`` empties the folder.
 Standard library only: this runs in the parent and in ``kevin cache``.
 """
@@ -26,12 +26,14 @@ from typing import Optional
 PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("headers (precompiled torch headers)", ("pch",)),
     ("builds (compiled candidates)", ("ext",)),
+    ("shared objects (the generated bindings)", ("objects",)),
     ("baselines (eager and torch.compile timings)", ("baselines",)),
     ("torch.compile caches (Inductor, Triton)", ("inductor", "triton")),
     ("CUDA JIT cache", ("cuda-jit",)),
 )
 BUILDS = "ext"
 HEADERS = "pch"
+SHARED_OBJECTS = "objects"
 DEFAULT_GRACE_S = 600.0
 
 
@@ -79,7 +81,7 @@ def evict_least_recent(root: Path, cap_bytes: int, grace_s: float = DEFAULT_GRAC
     if size <= cap_bytes:
         return Eviction(0, 0, size)
     now = time.time() if now is None else now
-    candidates = [*_children(root / BUILDS), *_children(root / HEADERS)]
+    candidates = [*_children(root / BUILDS), *_children(root / HEADERS), *_children(root / SHARED_OBJECTS)]
     entries = sorted(((_mtime(e), e) for e in candidates if e.is_dir() and not e.is_symlink()),
                      key=lambda item: item[0])
     removed = freed = 0
