@@ -181,6 +181,37 @@ def test_baseline_keys_and_the_book(tmp_path):
     assert moved.text() == "baselines re-measured at the end on NVIDIA H200: eager +5.0%, torch.compile +0.0%"
 
 
+def test_a_baseline_measured_a_minute_ago_is_not_measured_again_at_the_end(monkeypatch, tmp_path):
+    """The end-of-run drift check costs a GPU job per task: skipped for a baseline this evaluator
+    measured under two minutes ago (a one-answer bench), kept for older or stored ones."""
+    from types import SimpleNamespace
+
+    from kevin_agent.evaluate import evaluator as module
+
+    monkeypatch.setenv("KEVIN_BUILD_CACHE", str(tmp_path))  # where the re-measured baseline is stored
+    evaluator = module.CudaEvaluator(EvalSettings(compile_only=True))
+    lane = SimpleNamespace(up=True, device=SimpleNamespace(name="NVIDIA H200", torch_version="2.14.1",
+                                                           cuda_version="13.0"))
+    used = Baseline(eager=stats(1.0), compiled=stats(0.8), gpu_name="NVIDIA H200")
+    measured: list[str] = []
+
+    def measure(lane: object, task: Task, cancel: object, on_wait: object) -> Baseline:
+        measured.append(task.class_name)
+        return Baseline(eager=stats(1.1), compiled=stats(0.8), gpu_name="NVIDIA H200")
+
+    monkeypatch.setattr(evaluator, "_measure", measure)
+    clock = [1000.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: clock[0])
+    evaluator._used[(TASK.source, "NVIDIA H200")] = (lane, used, 1000.0 - 60)  # type: ignore[assignment]
+    assert evaluator.remeasure(TASK) == [] and measured == []
+    clock[0] = 1000.0 + 61  # two minutes after it was measured
+    assert [d.text() for d in evaluator.remeasure(TASK)] == [
+        "baselines re-measured at the end on NVIDIA H200: eager +10.0%, torch.compile +0.0%"]
+    evaluator._used[(TASK.source, "NVIDIA H200")] = (lane, used, None)  # type: ignore[assignment]
+    clock[0] = 1000.0  # a stored baseline (measured by another process, at some time) is always checked
+    assert len(evaluator.remeasure(TASK)) == 1 and measured == ["Model", "Model"]
+
+
 def test_the_run_limit_follows_the_reference():
     settings = EvalSettings(run_timeout_s=180)
     small = Baseline(eager=stats(0.05), compiled=stats(0.04))

@@ -317,7 +317,7 @@ def test_baselines_are_measured_again_only_on_a_lane_that_is_up_with_the_same_gp
     down = scripted_lane(evaluator, False, DeviceInfo("NVIDIA H100", "gpu-down", 0, "a"))
     other = scripted_lane(evaluator, True, DeviceInfo("NVIDIA A100", "gpu-other", 0, "b"))
     pipeline._lanes = [down, other]
-    pipeline._used[(TASK.source, "NVIDIA H100")] = (down, None)
+    pipeline._used[(TASK.source, "NVIDIA H100")] = (down, None, None)  # a stored baseline: always checked
     measured = []
     pipeline._measure = lambda lane, *_: measured.append(lane)
     assert evaluator.remeasure(TASK) == [] and measured == []  # no H100 up: skipped

@@ -20,6 +20,7 @@ import functools
 import os
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -46,6 +47,7 @@ EVALUATOR_ENV = "KEVIN_EVALUATOR"
 Compiler = Callable[[str, BuildCache, threading.Event], CompileOutcome]
 LaneServer = Callable[[GpuLane, LaneQueue], None]  # a lane's thread: serve the lane from the queue
 NINJA_JOBS_PER_BUILD = 2  # a build has two compile steps (kernels, wrapper) that can overlap
+DRIFT_AFTER_S = 120.0  # a baseline measured this long ago or more is measured again at a run's end
 AHEAD_AT_ONCE = 4  # compile-ahead jobs (a worker each, torch.compile of a new task's reference) at once
 
 
@@ -86,7 +88,8 @@ class CudaEvaluator(Evaluator):
         self._queue = LaneQueue()
         self._threads: list[threading.Thread] = []
         self._book = BaselineBook(None)
-        self._used: dict[tuple[str, str], tuple[GpuLane, Baseline]] = {}  # (task, gpu) -> what was used
+        # (task, gpu) -> the lane and baseline used, and when this evaluator measured it (None: stored)
+        self._used: dict[tuple[str, str], tuple[GpuLane, Baseline, Optional[float]]] = {}
         self._ahead: dict[str, Future[Optional[WorkerResult]]] = {}  # task source -> its compile-ahead job
         self._aheads: Optional[ThreadPoolExecutor] = None
         self.gpu_name: Optional[str] = None
@@ -385,7 +388,8 @@ class CudaEvaluator(Evaluator):
             key, lambda: self._measure(lane, task, batch.cancel, on_wait), claim=claim, cancel=batch.cancel,
             on_wait=on_wait, label=f"the measurement of this task's baseline on {lane.device.name}")
         if baseline is not None:
-            self._used.setdefault((task.source, lane.device.name), (lane, baseline))
+            measured_at = None if cached else time.monotonic()
+            self._used.setdefault((task.source, lane.device.name), (lane, baseline, measured_at))
         return baseline, cached
 
     def _baseline_key(self, lane: GpuLane, task: Task) -> str:
@@ -410,10 +414,13 @@ class CudaEvaluator(Evaluator):
 
     def remeasure(self, task: Task) -> list[Drift]:
         """Measure the task's baselines again (each GPU model used, on a lane of that model that is
-        up now; a model with none is skipped); how far they moved."""
+        up now; a model with none is skipped); how far they moved. A baseline this evaluator measured
+        itself less than ``DRIFT_AFTER_S`` ago is not measured again: nothing drifts in that time, and
+        a one-answer run (``kevin bench --replies``) would pay one more GPU job per task for nothing."""
         drifts = []
-        for (source, gpu), (first, used) in list(self._used.items()):
-            if source != task.source:
+        now = time.monotonic()
+        for (source, gpu), (first, used, measured_at) in list(self._used.items()):
+            if source != task.source or (measured_at is not None and now - measured_at < DRIFT_AFTER_S):
                 continue
             lane = next((one for one in (first, *self._lanes) if one.up and one.device.name == gpu), None)
             if lane is None:
