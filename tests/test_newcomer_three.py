@@ -20,7 +20,7 @@ from kevin_agent.backends.serve import SERVE_COMMAND, evaluation_gpus, is_local_
 from kevin_agent.cli import EXIT_CODE_TABLE, build_parser, exit_codes_markdown, main
 from kevin_agent.config import cache_max_bytes
 from kevin_agent.errors import EnvironmentProblem, KevinError, UserInputError
-from kevin_agent.evaluate.build.ninja_file import PCH_HEADER, PCH_RECIPE, PCH_TEXT, ensure_pch, python_free_headers
+from kevin_agent.evaluate.build.ninja_file import PCH_HEADER, PCH_RECIPE, PCH_TEXT, ensure_pch, header_shim
 from kevin_agent.evaluate.build.usage import clear, evict_least_recent, part_sizes
 from kevin_agent.evaluate.cache_upkeep import with_header_notices
 
@@ -126,12 +126,12 @@ def test_a_header_in_use_is_touched_each_time_a_build_reads_it(tmp_path):
     work.mkdir(parents=True)
     (work / (PCH_HEADER + ".gch")).write_bytes(b"built")
     os.utime(work.parent, (1000.0, 1000.0))
-    shim = python_free_headers(tmp_path)
+    shim = header_shim(tmp_path)
     os.utime(shim, (1000.0, 1000.0))
     info = ensure_pch(tmp_path, Toolchain(), [])  # type: ignore[arg-type]
     assert info.header == work / PCH_HEADER and info.seconds == 0.0
     assert work.parent.stat().st_mtime > 1_000_000
-    python_free_headers(tmp_path)
+    header_shim(tmp_path)
     assert shim.stat().st_mtime > 1_000_000
 
 

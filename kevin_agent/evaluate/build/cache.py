@@ -39,6 +39,9 @@ from kevin_agent.evaluate.build.layout import BindingRefused, Headers, Layout, s
 from kevin_agent.evaluate.build.listing import failed_for_now, kernel_listing
 from kevin_agent.evaluate.build.log import SANDBOX_FAILED, errors_only_in, trim_errors
 from kevin_agent.evaluate.build.ninja_file import (
+    BINDING_PCH_TEXT,
+    BINDING_SHIM_TEXT,
+    PCH_TEXT,
     PCH_TEXT_NO_PYTHON,
     PCH_TEXT_NO_PYTHON_FULL,
     SHIM_TEXT,
@@ -47,7 +50,7 @@ from kevin_agent.evaluate.build.ninja_file import (
     append_log,
     ensure_pch,
     file_lock,
-    python_free_headers,
+    header_shim,
     run_ninja,
     write_ninja,
 )
@@ -269,11 +272,14 @@ class BuildCache:
         API with ``all_of_torch`` (the whole path)."""
         tc = self.toolchain
         flags = tc.cxx_flags(pch_flags(extra_cflags))
-        own_text, shim_text = (PCH_TEXT_NO_PYTHON_FULL, SHIM_TEXT_FULL) if all_of_torch else (PCH_TEXT_NO_PYTHON,
-                                                                                             SHIM_TEXT)
-        bindings = ensure_pch(self.root, tc, flags, confine_for=self._confinement)
+        if all_of_torch:
+            binding_text, own_text, shim_text = PCH_TEXT, PCH_TEXT_NO_PYTHON_FULL, SHIM_TEXT_FULL
+        else:
+            binding_text, own_text, shim_text = BINDING_PCH_TEXT, PCH_TEXT_NO_PYTHON, SHIM_TEXT
+        bindings = ensure_pch(self.root, tc, flags, confine_for=self._confinement, header_text=binding_text)
         own = ensure_pch(self.root, tc, flags, confine_for=self._confinement, header_text=own_text)
-        headers = Headers(bindings.header, own.header, python_free_headers(self.root, shim_text))
+        binding_shim = None if all_of_torch else header_shim(self.root, BINDING_SHIM_TEXT)
+        headers = Headers(bindings.header, own.header, header_shim(self.root, shim_text), binding_shim)
         return headers, bindings.seconds + own.seconds
 
     def _run(self, layout: Layout, module: str, directory: Path, log_path: Path,

@@ -37,14 +37,19 @@ BINDING_RECIPE = "kevin-binding-1"  # bump when the binding's text or its compil
 @dataclass(frozen=True)
 class Headers:
     """The shared headers a build uses: the binding's precompiled torch (with pybind11), the
-    candidate's precompiled torch without Python, and the folder whose <torch/extension.h> is that."""
+    candidate's precompiled torch without Python, and the folders whose <torch/extension.h> is
+    each (none for the binding: the real one, on the whole path)."""
 
     bindings: Path | None = None
     own: Path | None = None
     shim: Path | None = None
+    bindings_shim: Path | None = None
 
     def own_flags(self) -> list[str]:
         return _pch(self.own) + (["-I", str(self.shim)] if self.shim else [])
+
+    def bindings_flags(self) -> list[str]:
+        return _pch(self.bindings) + (["-I", str(self.bindings_shim)] if self.bindings_shim else [])
 
 
 class BindingRefused(Exception):
@@ -233,7 +238,7 @@ def split_layout(spec: ExtensionSpec, module: str, tc: Toolchain, headers: Heade
     _own_step(layout, Step("kernels.cu", "kernels.o", "cuda", nvcc))
     _own_step(layout, Step("host.cpp", "host.o", "cxx", cxx))
     _own_cpp(layout, spec, module, cxx, "cpp.cpp")
-    _bindings_step(layout, spec, module, tc, tc.cxx_flags(spec.extra_cflags) + _pch(headers.bindings) + tc.includes())
+    _bindings_step(layout, spec, module, tc, tc.cxx_flags(spec.extra_cflags) + headers.bindings_flags() + tc.includes())
     return layout
 
 
@@ -252,5 +257,5 @@ def whole_layout(spec: ExtensionSpec, module: str, tc: Toolchain, headers: Heade
                                    f"#line 1 \"{SOURCE_NAME}\"\n{cuda}\n")
         _own_step(layout, Step("cuda.cu", "cuda.o", "cuda", nvcc))
     _own_cpp(layout, spec, module, cxx, "main.cpp")
-    _bindings_step(layout, spec, module, tc, tc.cxx_flags(spec.extra_cflags) + _pch(headers.bindings) + tc.includes())
+    _bindings_step(layout, spec, module, tc, tc.cxx_flags(spec.extra_cflags) + headers.bindings_flags() + tc.includes())
     return layout

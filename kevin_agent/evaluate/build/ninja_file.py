@@ -34,7 +34,12 @@ from kevin_agent.safe_text import terminal_safe
 
 PCH_HEADER = "kevin_torch_ext.h"
 PCH_RECIPE = "kevin-pch-1"  # bump when the header's flags change meaning
-PCH_TEXT = "#include <torch/extension.h>\n"  # the binding's header: torch with pybind11
+PCH_TEXT = "#include <torch/extension.h>\n"  # the binding's header on the whole path: all of torch, pybind11
+# The binding's on the split path: tensors and pybind11's casters for them, torch::wrap_pybind_function;
+# not torch::nn and the rest of the C++ frontend (its image loads in under half the time)
+BINDING_PCH_TEXT = ("#include <torch/types.h>\n#include <torch/csrc/Exceptions.h>\n"
+                    "#include <torch/csrc/utils/pybind.h>\n#include <torch/csrc/autograd/python_variable.h>\n")
+BINDING_SHIM_TEXT = "#pragma once\n" + BINDING_PCH_TEXT
 # The candidate's units see <torch/extension.h> without Python or pybind11. The split path gives them
 # torch/types.h (tensors, ATen's operators, the factories: what host code of a kernel uses), whose
 # precompiled image loads in half the time of torch/all.h's; the whole path, the fallback when the
@@ -199,10 +204,11 @@ class PchInfo:
     seconds: float  # time spent building it now (0.0 when it was already there)
 
 
-def python_free_headers(root: Path, text: str = SHIM_TEXT) -> Path:
-    """A folder whose ``torch/extension.h`` is torch without Python or pybind11 (``-I`` it before
-    torch's own folders): the candidate's translation units see the C++ API only, so nothing of
-    pybind11's inline code lands in their objects and their imports are their own calls."""
+def header_shim(root: Path, text: str = SHIM_TEXT) -> Path:
+    """A folder whose ``torch/extension.h`` is ``text`` (``-I`` it before torch's own folders). The
+    candidate's units get torch without Python or pybind11 (``SHIM_TEXT``): they see the C++ API
+    only, so nothing of pybind11's inline code lands in their objects and their imports are their
+    own calls. The binding's gets its smaller header set (``BINDING_SHIM_TEXT``)."""
     folder = root / "pch" / f"shim-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
     header = folder / "torch" / "extension.h"
     if not header.is_file():
