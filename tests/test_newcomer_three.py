@@ -167,7 +167,7 @@ def test_the_cache_cap_comes_from_the_environment_or_the_config_and_bad_values_a
 
 
 def test_readme_names_the_cache_its_place_size_and_command():
-    assert "~/.cache/kevin-agent/build/" in README and "~750 MB" in README
+    assert "~/.cache/kevin-agent/build/" in README and "~530 MB" in README and "~450 MB" in README
     assert "`kevin cache`" in README and "`kevin cache clear`" in README and "cache_max_gb" in README
 
 

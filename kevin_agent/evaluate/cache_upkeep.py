@@ -1,7 +1,7 @@
 """The build cache's upkeep at an evaluator's start: the shared precompiled torch header, said out
 loud while it is built, and the size cap.
 
-The first build on a machine compiles the torch headers once (minutes, ~1.2 GB) before any
+The first build on a machine compiles the torch headers once (minutes, ~1 GB) before any
 candidate can build; a warm start finds it in milliseconds. So when the header step is still
 running after ``SLOW_AFTER_S`` the user hears what it is ("building the shared torch header
 once...") and then how long it has run, every ``EVERY_S``, until it ends: on the evaluator's
@@ -20,7 +20,7 @@ from kevin_agent.evaluate.build.usage import evict_least_recent
 
 SLOW_AFTER_S = 3.0  # a header already built answers far sooner
 EVERY_S = 20.0
-STARTING = ("building the shared torch header once, about 2 minutes on a laptop-class CPU (~1.2 GB in the "
+STARTING = ("building the shared torch header once, about 2 minutes on a laptop-class CPU (~1 GB in the "
             "build cache); later builds reuse it")
 
 
