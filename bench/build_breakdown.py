@@ -124,7 +124,7 @@ def breakdown(names: list[str], rounds: int, root: Path | None) -> dict[str, Any
     return {"rows": rows, "median_parts_s": medians,
             "median_wall_s": statistics.median(row["wall_s"] for row in rows),
             "median_children_cpu_s": statistics.median(row["children_cpu_s"] for row in rows),
-            "meta": run_meta()}
+            "meta": {**run_meta(), "command": "python bench/build_breakdown.py " + " ".join(sys.argv[1:])}}
 
 
 def main() -> int:

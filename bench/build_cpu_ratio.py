@@ -91,8 +91,10 @@ def compare(old: Path, names: list[str], rounds: int) -> dict[str, Any]:
             summary[name] = {"new_cpu_s": new, "old_cpu_s": old_s, "new_over_old": new / old_s}
     old_commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 cwd=old, check=False).stdout.strip()
+    meta = run_meta()
+    meta["command"] = "python bench/build_cpu_ratio.py " + " ".join(sys.argv[1:])
     return {"rows": rows, "summary": summary, "old_tree": str(old), "old_commit": old_commit,
-            "cpus": os.cpu_count(), "meta": run_meta()}
+            "cpus": os.cpu_count(), "meta": meta}
 
 
 def main() -> int:

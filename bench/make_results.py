@@ -189,6 +189,23 @@ def sandbox_cost_lines(result: dict[str, Any]) -> list[str]:
                               f"{num(medians['required'], 2, 's')}, **{ratio}** ({result.get('cpus')} CPUs)."]
 
 
+def build_ratio_lines(result: dict[str, Any]) -> list[str]:
+    """``build_cpu_ratio.py``: CPU seconds per build, this tree and an older one, one run."""
+    rows = [["candidate", "round", "CPU s here", f"CPU s at {result.get('old_commit')}", "here / there"]]
+    for key in sorted({(r["name"], r["round"]) for r in result["rows"]}):
+        new = [r["cpu_s"] for r in result["rows"] if (r["name"], r["round"]) == key and r["tree"] == "new"]
+        old = [r["cpu_s"] for r in result["rows"] if (r["name"], r["round"]) == key and r["tree"] == "old"]
+        if new and old:
+            rows.append([key[0], str(key[1]), num(new[0], 2, "s"), num(old[0], 2, "s"), num(new[0] / old[0], 2, "x")])
+    lines = table(rows) + [""]
+    labels = {"first_candidate": "a task's first candidate (round 0)", "later_candidates": "its later candidates"}
+    for name, figures in result["summary"].items():
+        lines.append(f"- {labels.get(name, name)}: median {num(figures['new_cpu_s'], 2, 's')} here, "
+                     f"{num(figures['old_cpu_s'], 2, 's')} there, **{num(figures['new_over_old'], 2, 'x')}** "
+                     f"({result.get('cpus')} CPUs).")
+    return lines
+
+
 def dropin_lines(rows: list[dict[str, Any]]) -> list[str]:
     body = [["kernel", "ok", "first import + forward (build included)", "process"]]
     body += [[r["kernel"], "yes" if r.get("ok") else "no", num(r.get("import_and_first_forward_s"), 1, "s"),
@@ -267,6 +284,8 @@ def file_lines(name: str, data: Any, meta: dict[str, Any]) -> list[str]:
     elif isinstance(data, dict) and "confined_over_unconfined" in data:
         title, body = "Compile bench, confined vs unconfined (`bench/compile_bench.py --sandbox-cost`)", \
             sandbox_cost_lines(data)
+    elif isinstance(data, dict) and "old_commit" in data and "summary" in data:
+        title, body = "Build CPU, this tree against an older one (`bench/build_cpu_ratio.py`)", build_ratio_lines(data)
     elif isinstance(data, dict) and "median_split_cold_s" in data:
         title, body = "Compile bench (`bench/compile_bench.py`)", compile_bench_lines(data)
     elif isinstance(data, dict) and "max_per_candidate_s" in data.get("summary", {}):
