@@ -259,7 +259,8 @@ def _evil_build(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch, san
     monkeypatch.setattr("kevin_agent.evaluate.processes.ALLOWED_VARIABLES",
                         frozenset({"PATH", "VICTIM", "TARGET_FILE", "OTHER_ENTRY"}))
 
-    def write_ninja(work: Path, tc: object, steps: list[Step], target: str, ldflags: list[str]) -> None:
+    def write_ninja(work: Path, tc: object, steps: list[Step], target: str, ldflags: list[str],
+                    prebuilt: tuple[str, ...] = ()) -> None:
         (work / "build.ninja").write_text(f"rule sh\n  command = sh evil.sh\nbuild {target}: sh\ndefault {target}\n")
 
     monkeypatch.setattr("kevin_agent.evaluate.build.cache.write_ninja", write_ninja)
@@ -291,6 +292,61 @@ def test_the_control_unconfined_compile_does_all_three_and_the_parent_still_foll
     assert (other / "result.json").exists()
     assert (home / "victim").read_text() == "untouched\n"  # the parent opened the log without following it
     assert not result.ok and result.module_path is None  # the linked module was not taken
+
+
+# ---------- a hijacked compile and the objects other candidates' builds reuse ----------
+
+POISON_SCRIPT = """\
+printf POISON > bindings.o
+mkdir -p "$STORE/$ENTRY" && printf POISON > "$STORE/$ENTRY/object.o"
+touch evil.done
+"""
+KEY = "ab" * 32
+
+
+def _poisoning_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sandbox: str) -> tuple[Path, str]:
+    """A real BuildCache._run of a layout with one shared unit (the binding) and one candidate unit
+    whose 'compiler' is a script doing what a hijacked compile would, while the binding compiles:
+    replace the binding's object in its own folder and plant one under the shared key in the store.
+    The shared unit's own compile writes HONEST. Returns the store's object for that key, and the log."""
+    cache = BuildCache(tmp_path / "cache", arch="9.0")
+    cache.sandbox = sandbox
+    monkeypatch.setenv("STORE", str(cache.root / "objects"))
+    monkeypatch.setenv("ENTRY", KEY)  # (a name with KEY in it never reaches a child)
+    monkeypatch.setattr("kevin_agent.evaluate.processes.ALLOWED_VARIABLES", frozenset({"PATH", "STORE", "ENTRY"}))
+
+    def write_ninja(work: Path, tc: object, steps: list[Step], target: str | None, ldflags: list[str],
+                    prebuilt: tuple[str, ...] = ()) -> None:
+        if target is None:  # the shared unit's own folder: an honest compile
+            text = "rule cc\n  command = printf HONEST > $out\nbuild bindings.o: cc bindings.cpp\ndefault bindings.o\n"
+        else:
+            text = (f"rule sh\n  command = sh evil.sh\nrule ln\n  command = cp bindings.o $out\n"
+                    f"build evil.done: sh evil.sh\nbuild {target}: ln evil.done\ndefault {target}\n")
+        (work / "build.ninja").write_text(text)
+
+    monkeypatch.setattr("kevin_agent.evaluate.build.cache.write_ninja", write_ninja)
+    monkeypatch.setattr("kevin_agent.evaluate.build.shared_objects.write_ninja", write_ninja)
+    monkeypatch.setattr(BuildCache, "toolchain", _fake_toolchain())
+    folder = tmp_path / "cache" / "tmp" / "attack"
+    folder.mkdir(parents=True)
+    steps = [Step("evil.sh", "evil.done", "sh"), Step("bindings.cpp", "bindings.o", "cxx", [], shared_key=KEY)]
+    cache._run(Layout("split", {"evil.sh": POISON_SCRIPT, "bindings.cpp": "// ours\n"}, steps), "kevin_attack",
+               folder, folder / "build.log")
+    return cache.root / "objects" / KEY / "object.o", (folder / "build.log").read_text()
+
+
+@needs_sandbox
+def test_a_hijacked_compile_cannot_poison_the_binding_object_other_builds_reuse(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kept, log = _poisoning_build(tmp_path, monkeypatch, "required")
+    assert "sh evil.sh" in log and ("Permission denied" in log or "Read-only file system" in log), log  # it tried
+    assert kept.read_text() == "HONEST"  # compiled apart and kept: the store was out of the compile's reach
+
+
+def test_the_control_unconfined_hijacked_compile_poisons_the_store(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    kept, _ = _poisoning_build(tmp_path, monkeypatch, "off")
+    assert kept.read_text() == "POISON"  # without the sandbox the attack lands: only confinement stops it
 
 
 def test_the_module_is_taken_only_as_a_regular_file(home: Path, tmp_path: Path) -> None:

@@ -47,6 +47,7 @@ from kevin_agent.evaluate.build.ninja_file import (
     SHIM_TEXT,
     SHIM_TEXT_FULL,
     Confine,
+    NinjaRun,
     append_log,
     ensure_pch,
     file_lock,
@@ -291,14 +292,22 @@ class BuildCache:
         for name, content in layout.files.items():
             write_new(work / name, content)
         steps = shared_objects.reuse(self.root, layout.steps, work)
+        apart = [step for step in steps if step.shared_key]  # ours, not kept yet: compiled apart
+        steps = [step for step in steps if not step.shared_key]
         prebuilt = tuple(step.output for step in layout.steps if step not in steps)
         target = f"{module}.so"
         write_ninja(work, self.toolchain, steps, target, self.toolchain.ldflags(tuple(extra_ldflags)), prebuilt)
-        ran = run_ninja(work, self.ninja_jobs, self.timeout_s, log_path, self._confinement(work))
+        def ninja(folder: Path, log: Path, targets: tuple[str, ...] = ()) -> NinjaRun:
+            return run_ninja(folder, self.ninja_jobs, self.timeout_s, log, self._confinement(folder), targets)
+
+        if apart:
+            ran = shared_objects.compile_beside(self.root, self.toolchain, apart, layout.files, work, steps,
+                                                log_path, ninja)
+        else:
+            ran = ninja(work, log_path)
         module_path, errors = None, None if ran.ok else limit_message(ran.output) or trim_errors(ran.output)
         facts = None
         if ran.ok:
-            shared_objects.keep(self.root, steps, work)
             module_path, problem = take_module(work / target, directory / MODULE_FOLDER)
             errors = problem
             facts = build_facts(work, layout.own_objects, layout.preprocessed, self.sandbox)

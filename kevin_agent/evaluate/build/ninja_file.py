@@ -82,10 +82,10 @@ def _quote(flags: list[str]) -> str:
     return " ".join(shlex.quote(f) for f in flags).replace("$", "$$")
 
 
-def write_ninja(directory: Path, tc: Toolchain, steps: list[Step], target: str, ldflags: list[str],
+def write_ninja(directory: Path, tc: Toolchain, steps: list[Step], target: str | None, ldflags: list[str],
                 prebuilt: tuple[str, ...] = ()) -> Path:
     """A build.ninja compiling ``steps`` and linking them, and the ``prebuilt`` objects already in
-    ``directory``, into ``target`` (names relative to ``directory``)."""
+    ``directory``, into ``target`` (names relative to ``directory``); no link when ``target`` is None."""
     lines = [
         "ninja_required_version = 1.3",
         f"cxx = {shlex.quote(tc.cxx)}",
@@ -105,9 +105,11 @@ def write_ninja(directory: Path, tc: Toolchain, steps: list[Step], target: str, 
         lines += [f"build {step.output}: {step.rule} {step.source}", f"  flags = {_quote(step.flags)}"]
     objects = " ".join([*(s.output for s in steps if not s.rule.endswith("_pp")), *prebuilt])
     listings = " ".join(s.output for s in steps if s.rule.endswith("_pp"))  # preprocessed text: built, not linked
-    lines += [f"build {target}: link {objects}" + (f" | {listings}" if listings else ""),
-              f"  ldflags = {_quote(ldflags)}"]
-    lines += [f"default {target}", ""]
+    if target is None:
+        lines += [f"default {' '.join(s.output for s in steps)}", ""]
+    else:
+        lines += [f"build {target}: link {objects}" + (f" | {listings}" if listings else ""),
+                  f"  ldflags = {_quote(ldflags)}", f"default {target}", ""]
     path = directory / "build.ninja"
     path.write_text("\n".join(lines))
     return path
@@ -174,10 +176,10 @@ def _drain(proc: subprocess.Popen, kept: list[bytes]) -> None:
 
 
 def run_ninja(directory: Path, jobs: int, timeout_s: float, log_path: Path,
-              confine: Optional[Confine] = None) -> NinjaRun:
+              confine: Optional[Confine] = None, targets: tuple[str, ...] = ()) -> NinjaRun:
     """Run ninja in ``directory`` (its command line passed through ``confine``, the sandbox, when
-    given). A timeout kills the whole process group."""
-    argv = [ninja_binary(), "-C", str(directory), "-j", str(max(1, jobs))]
+    given), for ``targets`` (default: the file's default). A timeout kills the whole process group."""
+    argv = [ninja_binary(), "-C", str(directory), "-j", str(max(1, jobs)), *targets]
     status, output = run_confined(argv, directory, timeout_s, confine)
     output = terminal_safe(output)  # compilers quote the candidate: no escape sequence reaches the log file
     if status is None:

@@ -9,10 +9,13 @@ that we control (the toolchain, the flags, the text), and a later build with the
 in instead of compiling it. Only steps the layout marks (``Step.shared_key``) are kept: never a
 unit of the candidate's own text.
 
-A kept object was compiled in the same confined ninja run as the candidate's units. Compilers run
-none of the candidate's code and every flag it passes is vetted (``source.flags``: none names an
-output), so the object is what the compiler made of our text; it is taken without following a link
-and only as a regular file under a size bound.
+A kept object is compiled in a folder and a confined ninja run of its own
+(``compile_beside``), beside the candidate's units, never among them: even a compile the
+candidate hijacked (a compiler bug, a flag the allow-list missed) writes only its own folder, so it
+can shape its own module but never an object another candidate's build reuses. The candidate's
+declarations are part of the binding's text, so they are part of its key, with the flags (vetted,
+``source.flags``). An object is taken without following a link and only as a regular file under a
+size bound.
 """
 
 from __future__ import annotations
@@ -21,10 +24,16 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
-from kevin_agent.evaluate.build.ninja_file import Step
+from kevin_agent.evaluate.build.flags import Toolchain
+from kevin_agent.evaluate.build.ninja_file import NinjaRun, Step, append_log, write_ninja
 from kevin_agent.evaluate.build.usage import touch
+
+# (folder, log file, targets) -> a confined ninja run in that folder
+Ninja = Callable[[Path, Path, tuple[str, ...]], NinjaRun]
 
 OBJECTS = "objects"
 OBJECT_FILE = "object.o"
@@ -44,9 +53,49 @@ def reuse(root: Path, steps: list[Step], work: Path) -> list[Step]:
     return left
 
 
+def compile_beside(root: Path, tc: Toolchain, apart: list[Step], files: dict[str, str], work: Path,
+                   own: list[Step], log_path: Path, ninja: Ninja) -> NinjaRun:
+    """Compile our shared units (``apart``) in a folder and a confined run of their own while the
+    candidate's units (``own``) compile in ``work``; keep the shared objects, copy them into
+    ``work``, then link there (``work``'s ninja file links them as prebuilt)."""
+    folder = work.with_name(work.name + "-shared")
+    folder.mkdir()
+    for step in apart:
+        (folder / step.source).write_text(files[step.source])
+    write_ninja(folder, tc, apart, None, [])
+    shared_log = work.with_name("shared-build.log")
+    done: list[NinjaRun] = []
+    thread = threading.Thread(target=lambda: done.append(ninja(folder, shared_log, ())), name="kevin-shared-compile",
+                              daemon=True)
+    thread.start()
+    targets = tuple(step.output for step in own)  # not the link: the shared objects are not in yet
+    mine = ninja(work, log_path, targets) if targets else NinjaRun(True, "")
+    thread.join()
+    theirs = done[0] if done else NinjaRun(False, "\nerror: the shared unit's compile did not report\n")
+    append_log(log_path, theirs.output)
+    shared_log.unlink(missing_ok=True)
+    output = mine.output + theirs.output
+    if theirs.ok:
+        keep(root, apart, folder)  # whatever became of the candidate's units: ours compiled
+    if not (mine.ok and theirs.ok):
+        shutil.rmtree(folder, ignore_errors=True)
+        return NinjaRun(False, output, mine.timed_out or theirs.timed_out)
+    copied = copy_in(apart, folder, work)
+    shutil.rmtree(folder, ignore_errors=True)
+    if not copied:
+        return NinjaRun(False, output + "\nerror: a shared object could not be copied into the build\n")
+    link = ninja(work, log_path, ())
+    return NinjaRun(link.ok, output + link.output, link.timed_out)
+
+
+def copy_in(steps: list[Step], folder: Path, work: Path) -> bool:
+    """Copy each step's object from ``folder`` (where it was compiled apart) into ``work``."""
+    return all(_copy_regular(folder / step.output, work / step.output) for step in steps)
+
+
 def keep(root: Path, steps: list[Step], work: Path) -> None:
-    """After a successful build: keep the object of each shared step compiled now (whole or not
-    at all; a concurrent build keeping the same key first wins)."""
+    """Keep the object of each shared step compiled in ``work`` (whole or not at all; a concurrent
+    build keeping the same key first wins). ``work`` must be a folder no candidate unit compiled in."""
     for step in steps:
         if not step.shared_key or (root / OBJECTS / step.shared_key).is_dir():
             continue
