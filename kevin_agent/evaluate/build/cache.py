@@ -297,6 +297,7 @@ class BuildCache:
         prebuilt = tuple(step.output for step in layout.steps if step not in steps)
         target = f"{module}.so"
         write_ninja(work, self.toolchain, steps, target, self.toolchain.ldflags(tuple(extra_ldflags)), prebuilt)
+
         def ninja(folder: Path, log: Path, targets: tuple[str, ...] = ()) -> NinjaRun:
             return run_ninja(folder, self.ninja_jobs, self.timeout_s, log, self._confinement(folder), targets)
 

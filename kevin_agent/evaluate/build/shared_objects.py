@@ -1,13 +1,13 @@
 """Objects of our own generated translation units, compiled once and reused by every build.
 
 The binding (``layout.bindings_cpp``: the declarations of the bound functions and their pybind11
-wrappers) is about half of a candidate build's CPU (its template instantiation, against the full
-torch header), yet it is the same text for every candidate of a task: it names no module (the
+wrappers) was about half of a candidate build's CPU (loading pybind11 and torch's headers, then its
+template instantiation), yet it is the same text for every candidate of a task: it names no module (the
 module's entry point is a one-line unit of its own, ``layout.module_init_cpp``). So its object is
 kept under ``objects/<key>/`` of the build cache, the key a hash of everything the compile reads
 that we control (the toolchain, the flags, the text), and a later build with the same key copies it
-in instead of compiling it. Only steps the layout marks (``Step.shared_key``) are kept: never a
-unit of the candidate's own text.
+in instead of compiling it. Only steps the layout marks (``Step.shared_key``) are kept: never one
+of the candidate's own units.
 
 A kept object is compiled in a folder and a confined ninja run of its own
 (``compile_beside``), beside the candidate's units, never among them: even a compile the

@@ -75,8 +75,8 @@ class Eviction:
 
 def evict_least_recent(root: Path, cap_bytes: int, grace_s: float = DEFAULT_GRACE_S,
                        now: Optional[float] = None) -> Eviction:
-    """Remove build entries and precompiled headers, least recently used first, until the cache fits
-    ``cap_bytes``."""
+    """Remove build entries, shared objects and precompiled headers, least recently used first, until
+    the cache fits ``cap_bytes``."""
     size = tree_size(root)
     if size <= cap_bytes:
         return Eviction(0, 0, size)
