@@ -40,15 +40,16 @@ def verdict_line(event: VerdictReady) -> str:
 class PlainProgress:
     """One line per event that matters (no token or queue chatter); for pipes and logs."""
 
-    def __init__(self, out: IO[str]) -> None:
+    def __init__(self, out: IO[str], prefix: str = "") -> None:
         self.out = out
+        self.prefix = prefix  # names the run when several share the stream (``kevin optimize A B``)
         self._lock = threading.Lock()
 
     def __call__(self, event: Event) -> None:
         line = self._line(event)
         if line is not None:
             with self._lock:
-                print(line, file=self.out, flush=True)
+                print(f"{self.prefix}{line}", file=self.out, flush=True)
 
     @staticmethod
     def _line(event: Event) -> Optional[str]:

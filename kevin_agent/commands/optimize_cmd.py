@@ -1,4 +1,5 @@
-"""``kevin optimize FILE.py::Class``: write and refine a CUDA kernel with the model.
+"""``kevin optimize FILE.py::Class``: write and refine a CUDA kernel with the model (several
+classes: ``optimize_many``).
 
 Live progress on a terminal (plain lines otherwise) on stderr; the table of candidates and the
 conclusion (or ``--json``) on stdout. Ctrl-C cancels, keeps finished work and prints the resume
@@ -10,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
-from typing import Any
+from typing import Any, Optional
 
 from kevin_agent.eval_modes import POLICIES, SANDBOX_MODES, choices_metavar
 
@@ -43,8 +44,9 @@ def _positive_int(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", nargs="?", metavar="FILE.py::Class",
-                        help="the nn.Module to optimize (FILE.py alone when it holds one module)")
+    parser.add_argument("target", nargs="*", metavar="FILE.py::Class",
+                        help="the nn.Module to optimize (FILE.py alone when it holds one module); "
+                             "several are played at once, one stored run each, through one evaluator")
     add_run_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print a machine-readable summary")
     parser.add_argument("--resume", default=None, metavar="RUN",
@@ -87,8 +89,8 @@ BACKEND_FLAGS = {"backend": "backend", "base_url": "base_url", "model": "model",
                  "max_tokens": "max_tokens", "temperature": "temperature"}
 
 
-def run_request(args: argparse.Namespace) -> Any:
-    """The flags as a run service request (settings are resolved by the service)."""
+def run_request(args: argparse.Namespace, target: Optional[str] = None) -> Any:
+    """The flags as a run service request for ``target`` (settings are resolved by the service)."""
     from pathlib import Path
 
     from kevin_agent.errors import UserInputError
@@ -105,7 +107,7 @@ def run_request(args: argparse.Namespace) -> Any:
     if script:
         flags["script"] = str(Path(script).expanduser().resolve())
     return RunRequest(
-        target=args.target, resume=args.resume, trajectories=args.trajectories or RunRequest.trajectories,
+        target=target, resume=args.resume, trajectories=args.trajectories or RunRequest.trajectories,
         turns=args.turns or RunRequest.turns, target_speedup=args.target_speedup, beam_keep=args.beam,
         beam_every=args.beam_every or RunRequest.beam_every,
         backend_flags=flags, eval_flags=eval_flags(args), evaluator=args.evaluator, gpu_name=args.gpu,
@@ -129,27 +131,36 @@ def _play_in_thread(prepared: Any, cancel: threading.Event) -> Any:
                               on_quit=quitting)
 
 
-def _report(args: argparse.Namespace, record: Any) -> None:
-    """The table and conclusion (or --json) on stdout; how to resume on stderr."""
-    import json
-
-    from kevin_agent.progress import print_run_result, stdout_console
+def _summary(record: Any) -> dict[str, Any]:
+    """``--json``'s summary of one run."""
     from kevin_agent.run_table import run_summary_dict
     from kevin_agent.verdict_text import replay_note
 
-    resume_hint = f"kevin optimize --resume {record.run_id}"
+    summary = run_summary_dict(record)
+    summary["resume_command"] = f"kevin optimize --resume {record.run_id}" if record.status != "done" else None
+    summary["replayed"] = replay_note(record)  # None when the verdicts were measured here
+    return summary
+
+
+def _report(args: argparse.Namespace, records: list[Any]) -> None:
+    """The table and conclusion of each run (or --json: one summary, a list for several) on stdout;
+    how to resume on stderr."""
+    import json
+
+    from kevin_agent.progress import print_run_result, stdout_console
+
     if args.json:
-        summary = run_summary_dict(record)
-        summary["resume_command"] = resume_hint if record.status != "done" else None
-        summary["replayed"] = replay_note(record)  # None when the verdicts were measured here
-        print(json.dumps(summary, indent=2))
-    else:
-        print_run_result(stdout_console(), record)
-    if record.status == "cancelled":
-        print(f"kevin optimize: cancelled; resume with: {resume_hint}", file=sys.stderr)
-    elif record.status == "failed":
-        print(f"kevin optimize: {record.error} (run {record.run_id} kept; resume with: "
-              f"{resume_hint})", file=sys.stderr)
+        summaries = [_summary(record) for record in records]
+        print(json.dumps(summaries if len(args.target) > 1 else summaries[0], indent=2))
+    for record in records:
+        if not args.json:
+            print_run_result(stdout_console(), record)
+        resume_hint = f"kevin optimize --resume {record.run_id}"
+        if record.status == "cancelled":
+            print(f"kevin optimize: cancelled; resume with: {resume_hint}", file=sys.stderr)
+        elif record.status == "failed":
+            print(f"kevin optimize: {record.error} (run {record.run_id} kept; resume with: "
+                  f"{resume_hint})", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -158,10 +169,16 @@ def run(args: argparse.Namespace) -> int:
     from kevin_agent.progress import make_progress
     from kevin_agent.runs.service import RunService
 
+    if len(args.target) > 1:
+        from kevin_agent.commands.optimize_many import run_many
+
+        outcomes = run_many([run_request(args, target) for target in args.target])
+        _report(args, [outcome.record for outcome in outcomes])
+        return next((outcome.exit_code for outcome in outcomes if outcome.exit_code), 0)
     progress = make_progress(Console(file=sys.stderr))
     with RunService() as service:
-        prepared = service.open(run_request(args), progress)
+        prepared = service.open(run_request(args, args.target[0] if args.target else None), progress)
         with progress:
             outcome = _play_in_thread(prepared, threading.Event())
-        _report(args, outcome.record)
+        _report(args, [outcome.record])
     return outcome.exit_code

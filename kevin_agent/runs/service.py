@@ -104,6 +104,11 @@ class PreparedRun:
         process is quitting: a second Ctrl-C); its stored work stays, ready for ``--resume``."""
         self.session.store.set_status(self.run_id, "cancelled")
 
+    def release(self) -> None:
+        """Give up a run that will not be played (a batch whose next run could not open): its lock
+        goes; nothing was stored for it."""
+        self._lock.release()
+
     def play(self, cancel: Optional[threading.Event] = None) -> RunOutcome:
         """Run to the end (or cancel); events go to the request's sink. Never raises for a
         backend or evaluator failure: the outcome says it."""
