@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -193,6 +194,25 @@ def test_the_build_limit_comes_from_the_environment_when_set(monkeypatch: pytest
         monkeypatch.setenv("KEVIN_COMPILE_TIMEOUT_S", bad)
         with pytest.raises(UserInputError, match="KEVIN_COMPILE_TIMEOUT_S="):
             EvalSettings()
+
+
+def test_a_bad_build_limit_in_the_environment_never_breaks_an_import_only_a_command_says_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KEVIN_COMPILE_TIMEOUT_S": "abc"}
+    modules = ("kevin_agent.runs.service", "kevin_agent.evaluate.evaluator", "kevin_agent.lsp.server",
+               "kevin_agent.tui.app", "kevin_agent.commands.eval_cmd", "kevin_agent.evaluate.daemon.server")
+    program = "import importlib, sys\nfor m in sys.argv[1:]: importlib.import_module(m)"
+    imported = subprocess.run([sys.executable, "-c", program, *modules], env=env, capture_output=True, text=True,
+                              timeout=300)  # a guard against a hang, not a limit
+    assert imported.returncode == 0, imported.stderr[-2000:]
+    from kevin_agent.evaluate.api import EvalSettings
+
+    monkeypatch.setenv("KEVIN_COMPILE_TIMEOUT_S", "abc")
+    with pytest.raises(UserInputError, match="KEVIN_COMPILE_TIMEOUT_S='abc' is not a number"):
+        EvalSettings()
 
 
 def test_the_suite_runs_with_a_build_limit_a_slow_machine_cannot_hit() -> None:

@@ -63,13 +63,13 @@ class CudaEvaluator(Evaluator):
     ``serve`` (a lane's thread, default ``serve``).
     """
 
-    def __init__(self, settings: EvalSettings = EvalSettings(), *,
+    def __init__(self, settings: Optional[EvalSettings] = None, *,
                  worker_command: Optional[Sequence[str]] = None, jobs: Optional[int] = None,
                  devices: Optional[Sequence[DeviceInfo]] = None, compiler: Optional[Compiler] = None,
                  spares: int = 3, environment: Optional[Callable[[], Target]] = None,
                  open_lanes: Optional[Callable[[], Sequence[GpuLane]]] = None,
                  serve: Optional[LaneServer] = None) -> None:
-        self.settings = settings
+        self.settings = settings if settings is not None else EvalSettings()
         self.worker_command = worker_command
         self.jobs = jobs or max(1, os.cpu_count() or 2)
         self.spares = spares
@@ -453,9 +453,11 @@ def local_compile(code: str, cache: BuildCache, cancel: threading.Event) -> Comp
     return compile_candidate(code, cache)
 
 
-def make_evaluator(spec: Optional[str], settings: EvalSettings = EvalSettings()) -> Evaluator:
+def make_evaluator(spec: Optional[str], settings: Optional[EvalSettings] = None) -> Evaluator:
     """``None``/"cuda" -> CudaEvaluator (on a Ray cluster when ``settings.cluster`` says so);
-    "replay:PATH" -> ReplayEvaluator (spec from $KEVIN_EVALUATOR)."""
+    "replay:PATH" -> ReplayEvaluator (spec from $KEVIN_EVALUATOR). No settings: the defaults, made
+    now (their build limit reads the environment, never at import)."""
+    settings = settings if settings is not None else EvalSettings()
     spec = spec if spec is not None else os.environ.get(EVALUATOR_ENV) or None
     if (spec is None or spec == "cuda") and settings.cluster:
         from kevin_agent.evaluate.ray_lanes import ray_evaluator  # Ray is imported only here
@@ -470,7 +472,7 @@ def make_evaluator(spec: Optional[str], settings: EvalSettings = EvalSettings())
     raise UserInputError(f"unknown evaluator {spec!r}: use 'cuda' or 'replay:PATH'")
 
 
-def open_evaluator(spec: Optional[str], settings: EvalSettings = EvalSettings()) -> Evaluator:
+def open_evaluator(spec: Optional[str], settings: Optional[EvalSettings] = None) -> Evaluator:
     """``make_evaluator``, then fail fast (one line) on a machine without what it needs."""
     evaluator = make_evaluator(spec, settings)
     evaluator.check_environment()

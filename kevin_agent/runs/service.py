@@ -181,13 +181,14 @@ class RunService:
             return self._evaluators[key]
 
     def eval_settings(self, flags: Mapping[str, Any], folder: Optional[Path],
-                      base: EvalSettings = EvalSettings(), config: Optional[KevinConfig] = None) -> EvalSettings:
+                      base: Optional[EvalSettings] = None, config: Optional[KevinConfig] = None) -> EvalSettings:
         """Policy, sandbox and cluster: flags > environment > config file > ``base``; each value
         parsed here, once (``config.resolve_eval_settings``). ``config`` as for backend_settings."""
         from kevin_agent.config import resolve_eval_settings
 
         table = load_config(folder) if config is None else config
-        return dataclasses.replace(base, **resolve_eval_settings(flags, self.environ, table))
+        start = base if base is not None else EvalSettings()
+        return dataclasses.replace(start, **resolve_eval_settings(flags, self.environ, table))
 
     def new_settings(self, request: RunRequest) -> RunSettings:
         """The settings of a new run (the config file read once); UserInputError naming the one
