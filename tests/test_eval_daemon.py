@@ -24,8 +24,6 @@ from kevin_agent.evaluate.daemon.address import (
     DaemonAddress,
     daemon_address,
     idle_seconds,
-    settings_from_dict,
-    settings_to_dict,
 )
 from kevin_agent.evaluate.daemon.client import daemon_environment, evaluate_on_daemon, start_daemon, stop_daemons
 from kevin_agent.evaluate.daemon.server import held_lock, serve
@@ -211,9 +209,12 @@ def test_a_daemon_that_dies_mid_request_means_evaluate_here(short_tmp: Path) -> 
 
 def test_settings_round_trip_through_the_wire() -> None:
     settings = EvalSettings(correctness_trials=3, arch="8.6", cache_dir=Path("/x/y"), policy="partial")
-    assert settings_from_dict(json.loads(json.dumps(settings_to_dict(settings)))) == settings
+    assert EvalSettings.from_dict(json.loads(json.dumps(settings.to_dict())), unknown="refuse") == settings
     with pytest.raises(ValueError, match="unknown settings: bogus"):
-        settings_from_dict({**settings_to_dict(settings), "bogus": 1})
+        EvalSettings.from_dict({**settings.to_dict(), "bogus": 1}, unknown="refuse")
+    assert EvalSettings.from_dict({**settings.to_dict(), "bogus": 1}, unknown="ignore") == settings
+    with pytest.raises(ValueError, match="sandbox 'loose'"):
+        EvalSettings.from_dict({"sandbox": "loose"}, unknown="ignore")
 
 
 CHANGED: dict[str, Any] = {"correctness_trials": 3, "timing_trials": 7, "warmup_trials": 2, "with_torch_compile": False,

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from kevin_agent.data import Stage, TimingStats, Verdict, VerdictDetails
-from kevin_agent.evaluate.protocol import BadJob, WorkerJob, WorkerReply, settings_from_dict
+from kevin_agent.evaluate.protocol import BadJob, WorkerJob, WorkerReply
 from kevin_agent.evaluate.worker import guards
 from kevin_agent.evaluate.worker.correctness import (
     CorrectnessHarness,
@@ -428,7 +428,9 @@ def test_read_job_and_settings(tmp_path):
     job = WorkerJob.read(job_path)
     assert job.settings.timing_trials == 7 and job.settings.cache_dir == tmp_path
     assert job.cache_dir == tmp_path / "cache" and job.result_path == tmp_path / "r.json"
-    assert settings_from_dict({}).correctness_trials == 5
+    from kevin_agent.evaluate.api import EvalSettings
+
+    assert EvalSettings.from_dict({}, unknown="ignore").correctness_trials == 5
     assert WorkerJob.read(_written(tmp_path / "again.json", job.to_json())) == job  # round trip
     job_path.write_text(json.dumps({"task_source": "T"}))
     with pytest.raises(BadJob, match="lacks candidate_source, result_path"):

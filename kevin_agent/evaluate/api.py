@@ -5,12 +5,13 @@ Tests without a GPU inject a double that implements the same ``Evaluator`` proto
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, TypeVar
+from typing import Any, Literal, Optional, TypeVar
 
 from kevin_agent.data import Task, Verdict
 from kevin_agent.eval_modes import (
@@ -79,6 +80,31 @@ class EvalSettings:
                 parse(getattr(self, name))
             except ValueError as err:
                 raise ValueError(f"{name} {getattr(self, name)!r}: {err}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values (the cache folder as text): the one encoding of evaluation settings,
+        for worker jobs, the warm evaluator's address and stored runs."""
+        raw = dataclasses.asdict(self)
+        raw["cache_dir"] = None if self.cache_dir is None else str(self.cache_dir)
+        return raw
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], *, unknown: Literal["ignore", "refuse"]) -> EvalSettings:
+        """``to_dict`` read back; a missing key takes its default. ``unknown`` keys are ignored where
+        an older reader may meet a newer writer (a worker's job, a stored run) and refused where
+        both ends are this code (the warm evaluator's settings). ValueError for an unknown key
+        (refused) or a bad value, naming it."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        extra = sorted(set(raw) - names)
+        if extra and unknown == "refuse":
+            raise ValueError(f"unknown settings: {', '.join(extra)}")
+        values = {key: value for key, value in raw.items() if key in names}
+        if values.get("cache_dir") is not None:
+            values["cache_dir"] = Path(values["cache_dir"])
+        try:
+            return cls(**values)
+        except TypeError as err:
+            raise ValueError(str(err)) from None
 
 
 _E = TypeVar("_E", bound="Evaluator")

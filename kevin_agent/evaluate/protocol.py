@@ -38,20 +38,6 @@ class BadJob(Exception):
     """The job file is missing or malformed (one line)."""
 
 
-def settings_to_dict(settings: EvalSettings) -> dict[str, Any]:
-    raw = dataclasses.asdict(settings)
-    return {k: str(v) if isinstance(v, Path) else v for k, v in raw.items()}
-
-
-def settings_from_dict(raw: dict[str, Any]) -> EvalSettings:
-    """EvalSettings from JSON (unknown keys ignored: an older worker reads a newer job)."""
-    names = {f.name for f in dataclasses.fields(EvalSettings)}
-    values = {k: v for k, v in raw.items() if k in names}
-    if values.get("cache_dir") is not None:
-        values["cache_dir"] = Path(values["cache_dir"])
-    return EvalSettings(**values)
-
-
 @dataclass
 class Baseline:
     """The reference measured once per task, GPU and settings, reused for every candidate."""
@@ -117,7 +103,7 @@ class WorkerJob:
     def to_json(self) -> str:
         return json.dumps({
             "task_source": self.task_source, "candidate_source": self.candidate_source,
-            "result_path": str(self.result_path), "settings": settings_to_dict(self.settings),
+            "result_path": str(self.result_path), "settings": self.settings.to_dict(),
             "cache_dir": str(self.cache_dir) if self.cache_dir else None,
             "scratch_dir": str(self.scratch_dir) if self.scratch_dir else None,
             "baseline": self.baseline.to_dict() if self.baseline else None,
@@ -139,8 +125,8 @@ class WorkerJob:
         if missing:
             raise BadJob(f"job {path} lacks {', '.join(missing)}")
         try:
-            settings = settings_from_dict(raw.get("settings") or {})
-        except (TypeError, ValueError) as exc:  # ValueError: an unknown policy or sandbox mode
+            settings = EvalSettings.from_dict(raw.get("settings") or {}, unknown="ignore")  # an older worker
+        except ValueError as exc:  # a bad value: an unknown policy or sandbox mode, a wrong type
             raise BadJob(f"job {path} has bad settings: {exc}") from exc
         cache = raw.get("cache_dir") or settings.cache_dir
         scratch = raw.get("scratch_dir")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from kevin_agent.errors import UserInputError
@@ -67,9 +66,7 @@ class RunSettings:
         backend = dataclasses.asdict(self.backend)
         for name in SECRET_FIELDS:
             backend.pop(name, None)
-        eval_settings = dataclasses.asdict(self.eval)
-        if eval_settings.get("cache_dir") is not None:
-            eval_settings["cache_dir"] = str(eval_settings["cache_dir"])
+        eval_settings = self.eval.to_dict()
         return {
             "trajectories": self.trajectories,
             "turns": self.turns,
@@ -86,12 +83,8 @@ class RunSettings:
     def from_dict(cls, raw: dict[str, Any]) -> RunSettings:
         backend_cls = _backend_settings_class()
         backend_names = {f.name for f in dataclasses.fields(backend_cls)}
-        eval_names = {f.name for f in dataclasses.fields(EvalSettings)}
-        eval_raw = {k: v for k, v in (raw.get("eval") or {}).items() if k in eval_names}
-        if eval_raw.get("cache_dir") is not None:
-            eval_raw["cache_dir"] = Path(eval_raw["cache_dir"])
-        try:
-            eval_settings = EvalSettings(**eval_raw)
+        try:  # a store written by a newer kevin may hold settings this one does not know
+            eval_settings = EvalSettings.from_dict(raw.get("eval") or {}, unknown="ignore")
         except ValueError as err:  # an unknown policy or sandbox mode (a hand-edited store)
             raise UserInputError(f"the run's stored evaluation settings: {err}") from None
         return cls(

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from kevin_agent.evaluate.daemon.address import DaemonAddress, settings_from_dict
+from kevin_agent.evaluate.api import EvalSettings
+from kevin_agent.evaluate.daemon.address import DaemonAddress
 from kevin_agent.evaluate.daemon.server import serve
 
 
@@ -21,7 +22,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--settings", required=True, help="EvalSettings as JSON")
     parser.add_argument("--idle", type=float, required=True, help="seconds to wait for a request")
     args = parser.parse_args(argv)
-    settings = settings_from_dict(json.loads(args.settings))
+    settings = EvalSettings.from_dict(json.loads(args.settings), unknown="refuse")  # both ends: this code
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stopped: close the workers, remove the socket
     return serve(DaemonAddress(args.folder, args.key), settings, args.idle)
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from kevin_agent.errors import UserInputError
 from kevin_agent.evaluate.api import EvalSettings
@@ -62,28 +62,6 @@ def idle_seconds(environ: Optional[Mapping[str, str]] = None) -> float:
     return value
 
 
-def settings_to_dict(settings: EvalSettings) -> dict[str, Any]:
-    """The settings as JSON-ready values (paths as text)."""
-    raw = dataclasses.asdict(settings)
-    raw["cache_dir"] = None if settings.cache_dir is None else str(settings.cache_dir)
-    return raw
-
-
-def settings_from_dict(raw: Mapping[str, Any]) -> EvalSettings:
-    """``settings_to_dict`` read back (ValueError for an unknown field or a bad value)."""
-    names = {f.name for f in dataclasses.fields(EvalSettings)}
-    unknown = sorted(set(raw) - names)
-    if unknown:
-        raise ValueError(f"unknown settings: {', '.join(unknown)}")
-    values = dict(raw)
-    if values.get("cache_dir") is not None:
-        values["cache_dir"] = Path(values["cache_dir"])
-    try:
-        return EvalSettings(**values)
-    except TypeError as err:
-        raise ValueError(str(err)) from None
-
-
 def code_fingerprint(package: Path) -> str:
     """What identifies this kevin-agent's code: every module's path, size and change time (an
     edited checkout gets a new warm evaluator, never an old one's code)."""
@@ -126,7 +104,7 @@ def daemon_address(settings: EvalSettings, environ: Optional[Mapping[str, str]] 
     repository = find_repo_root(Path(cwd) if cwd is not None else Path.cwd())
     package = package or Path(__file__).resolve().parents[2]
     identity = {
-        "settings": settings_to_dict(dataclasses.replace(settings, cache_dir=cache)),
+        "settings": dataclasses.replace(settings, cache_dir=cache).to_dict(),
         "environment": {name: env.get(name) for name in sorted(env) if _keyed(name)},
         "python": sys.executable,
         "code": code_fingerprint(package),

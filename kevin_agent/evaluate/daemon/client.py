@@ -15,7 +15,7 @@ from typing import Optional
 from kevin_agent.data import Task, Verdict
 from kevin_agent.errors import EnvironmentProblem, UserInputError
 from kevin_agent.evaluate.api import EvalSettings, WaitCallback
-from kevin_agent.evaluate.daemon.address import DaemonAddress, settings_to_dict
+from kevin_agent.evaluate.daemon.address import DaemonAddress
 from kevin_agent.evaluate.daemon.wire import REPLY_LIMIT_BYTES, LineReader, WireError, peer_credentials, send
 
 LISTEN_WAIT_S = 5.0
@@ -84,7 +84,7 @@ def start_daemon(address: DaemonAddress, settings: EvalSettings, idle_s: float) 
     socket before any heavy import); its pid, or None when it could not start. One already serving
     there keeps its lock and the new one exits at once."""
     command = [sys.executable, "-m", "kevin_agent.evaluate.daemon", "--folder", str(address.folder),
-               "--key", address.key, "--settings", json.dumps(settings_to_dict(settings)), "--idle", str(idle_s)]
+               "--key", address.key, "--settings", json.dumps(settings.to_dict()), "--idle", str(idle_s)]
     try:
         fd = os.open(address.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     except OSError:
