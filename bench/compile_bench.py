@@ -26,6 +26,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+from kevin_agent.eval_modes import SandboxMode
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -134,7 +136,7 @@ def run_meta() -> dict:
 
 def sandbox_cost(names: list[str], rounds: int) -> dict:
     """Cold split builds, confined and not, interleaved (see the module's docstring)."""
-    modes = ("off", "required")
+    modes: tuple[SandboxMode, ...] = ("off", "required")
     rows: list[dict] = []
     seconds: dict[str, list[float]] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory(prefix="kevin-compile-bench-") as tmp:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from kevin_agent.eval_modes import SandboxMode
 from kevin_agent.evaluate.build.cache import MODULE_FOLDER, BuildCache, entry_dir, take_module
 from kevin_agent.evaluate.build.compile import compile_candidate
 from kevin_agent.evaluate.build.flags import pch_flags
@@ -247,7 +248,7 @@ true
 """
 
 
-def _evil_build(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch, sandbox: str):
+def _evil_build(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch, sandbox: SandboxMode):
     """A real BuildCache._run whose 'compiler' is a shell script doing what a hijacked compile
     did: link build.log to a home file, write another cache entry, link its module to a secret."""
     cache = BuildCache(tmp_path / "cache", arch="9.0")
@@ -304,7 +305,7 @@ touch evil.done
 KEY = "ab" * 32
 
 
-def _poisoning_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sandbox: str) -> tuple[Path, str]:
+def _poisoning_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sandbox: SandboxMode) -> tuple[Path, str]:
     """A real BuildCache._run of a layout with one shared unit (the binding) and one candidate unit
     whose 'compiler' is a script doing what a hijacked compile would, while the binding compiles:
     replace the binding's object in its own folder and plant one under the shared key in the store.

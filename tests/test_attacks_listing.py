@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from kevin_agent.eval_modes import SandboxMode
 from kevin_agent.evaluate.build.listing import kernel_listing
 from kevin_agent.evaluate.provenance import elf as elf_module
 from kevin_agent.evaluate.provenance.symbols import list_kernels
@@ -125,7 +126,7 @@ def _module(tmp_path: Path, image: bytes) -> str:
 
 
 @BOTH
-def test_a_module_is_listed_in_a_child_never_in_kevins_process(tmp_path: Path, sandbox: str,
+def test_a_module_is_listed_in_a_child_never_in_kevins_process(tmp_path: Path, sandbox: SandboxMode,
                                                                parent_never_parses: None) -> None:
     path = _module(tmp_path, with_stub())
     listing = kernel_listing(path, sandbox)
@@ -134,7 +135,7 @@ def test_a_module_is_listed_in_a_child_never_in_kevins_process(tmp_path: Path, s
 
 @BOTH
 @pytest.mark.parametrize("name", list(CRAFTED))
-def test_a_crafted_module_fails_the_listing_cleanly(tmp_path: Path, sandbox: str, name: str,
+def test_a_crafted_module_fails_the_listing_cleanly(tmp_path: Path, sandbox: SandboxMode, name: str,
                                                    parent_never_parses: None) -> None:
     make, note = CRAFTED[name]
     listing = kernel_listing(_module(tmp_path, make()), sandbox)
@@ -159,7 +160,7 @@ def test_one_table_named_by_many_headers_is_read_once(tmp_path: Path) -> None:
 
 
 @BOTH
-def test_a_link_to_a_home_file_in_place_of_the_module_is_not_followed(tmp_path: Path, sandbox: str,
+def test_a_link_to_a_home_file_in_place_of_the_module_is_not_followed(tmp_path: Path, sandbox: SandboxMode,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -187,7 +188,7 @@ def test_a_listing_that_does_not_finish_fails(tmp_path: Path) -> None:
     assert listing["kernels"] == () and "did not finish within 0.01 s" in listing["notes"][0]
 
 
-def _in_listing_child(statement: str, sandbox: str, scratch: Path) -> subprocess.CompletedProcess[str]:
+def _in_listing_child(statement: str, sandbox: SandboxMode, scratch: Path) -> subprocess.CompletedProcess[str]:
     """``statement`` run as the listing child's code would be: under ``listing_policy``."""
     from kevin_agent.evaluate.processes import scrubbed_environment
     from kevin_agent.evaluate.sandbox import launch_command, listing_policy

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from kevin_agent.eval_modes import SandboxMode
 from kevin_agent.evaluate.build.specs import SourceExtractionError, record_in_child
 from kevin_agent.evaluate.processes import remove_tree
 from kevin_agent.evaluate.protocol import RECORD_MARKER
@@ -43,7 +44,7 @@ def private_tmp(tmp_path, monkeypatch):
     return folder
 
 
-def _message(code: str, sandbox: str) -> str:
+def _message(code: str, sandbox: SandboxMode) -> str:
     with pytest.raises(SourceExtractionError) as caught:
         record_in_child(code, timeout_s=120, sandbox=sandbox)
     return str(caught.value)

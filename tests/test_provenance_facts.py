@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from kevin_agent.data import Stage, VerdictDetails
+from kevin_agent.eval_modes import SandboxMode
 from kevin_agent.evaluate.provenance.build_check import build_rejection
 from kevin_agent.evaluate.provenance.facts import foreign_kernels, reasons
 from kevin_agent.evaluate.provenance.imports import ALLOWED, COMPUTE, DENIED, classify
@@ -209,7 +210,7 @@ def _tiny_build(folder: Path) -> None:
 
 
 @pytest.mark.parametrize("sandbox", ["auto", "off"])  # confined, and the unconfined control
-def test_facts_child_reads_real_objects_and_never_follows_a_link(tmp_path: Path, sandbox: str):
+def test_facts_child_reads_real_objects_and_never_follows_a_link(tmp_path: Path, sandbox: SandboxMode):
     from kevin_agent.evaluate.build.facts import build_facts
 
     _tiny_build(tmp_path)

@@ -29,6 +29,7 @@ from typing import Optional
 
 from kevin_agent.data import Stage, Task, Verdict
 from kevin_agent.errors import EnvironmentProblem, UserInputError
+from kevin_agent.eval_modes import SandboxMode
 from kevin_agent.evaluate.api import EvalSettings, Evaluator, QueueCallback, VerdictCallback, WaitCallback
 from kevin_agent.evaluate.baselines import BaselineBook, Drift, baseline_key, drift
 from kevin_agent.evaluate.build.cache import BuildCache, default_cache_root, entry_dir
@@ -196,7 +197,7 @@ class CudaEvaluator(Evaluator):
         return [LocalLane(d, self.settings, worker_command=self.worker_command, extra_env=env,
                           spares=self.spares, cache_dir=self.cache_dir) for d in devices]
 
-    def _sandbox_mode(self) -> str:
+    def _sandbox_mode(self) -> SandboxMode:
         """Probe the kernel's confinement once; say plainly when there is none (or refuse, when
         it is required). The mode the children get."""
         mode = self.settings.sandbox

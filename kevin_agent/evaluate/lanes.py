@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from kevin_agent.eval_modes import SandboxMode
 from kevin_agent.evaluate.api import EvalSettings, WaitCallback
 from kevin_agent.evaluate.isolation import Confine, WorkerPool, WorkerResult
 from kevin_agent.evaluate.lease import GpuLease
@@ -194,7 +195,7 @@ class LocalLane(GpuLane):
             pool.close()
 
 
-def worker_confinement(mode: str, cache_dir: Path) -> Confine:
+def worker_confinement(mode: SandboxMode, cache_dir: Path) -> Confine:
     """Start each GPU worker confined from its first instruction (``sandbox.startup_policy``):
     reads the system and the build cache, writes its job folder and the compile caches; the
     worker adds the candidate layer itself before any candidate code runs."""

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Optional
 
+from kevin_agent.eval_modes import SandboxMode
 from kevin_agent.evaluate.build import shared_objects
 from kevin_agent.evaluate.build.chunks import SplitRefused
 from kevin_agent.evaluate.build.facts import build_facts
@@ -125,7 +126,7 @@ class BuildCache:
         self.timeout_s = timeout_s if timeout_s is not None else compile_timeout_default()
         self.ninja_jobs = ninja_jobs or max(2, os.cpu_count() or 2)
         self.split = split  # False forces the whole path (benchmarks, comparisons)
-        self.sandbox = "auto"  # confine compilers and the load_inline recorder: auto | required | off
+        self.sandbox: SandboxMode = "auto"  # confine compilers and the load_inline recorder: auto | required | off
         self._toolchain: Toolchain | None = None
 
     @property

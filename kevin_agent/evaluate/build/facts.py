@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from kevin_agent.eval_modes import SandboxMode
 from kevin_agent.evaluate.processes import kill_group, scrubbed_environment
 from kevin_agent.evaluate.sandbox.limits import limit_message
 
@@ -48,7 +49,7 @@ def framed_input(folder: Path, objects: list[str], preprocessed: list[tuple[str,
     return args, b"".join(frames)
 
 
-def command(args: list[str], scratch: str, sandbox: str) -> list[str]:
+def command(args: list[str], scratch: str, sandbox: SandboxMode) -> list[str]:
     if sandbox == "off":
         return [sys.executable, "-m", CHILD, *args]
     from kevin_agent.evaluate.sandbox import launch_command, listing_policy
@@ -57,7 +58,7 @@ def command(args: list[str], scratch: str, sandbox: str) -> list[str]:
     return launch_command(listing_policy(scratch, protect=protected_paths()), [CHILD, *args], sandbox, module=True)
 
 
-def build_facts(folder: Path, objects: list[str], preprocessed: list[tuple[str, str]], sandbox: str = "auto",
+def build_facts(folder: Path, objects: list[str], preprocessed: list[tuple[str, str]], sandbox: SandboxMode = "auto",
                 timeout_s: float = FACTS_TIMEOUT_S) -> dict[str, Any]:
     """``provenance.facts.gather`` of the build in ``folder``, read in a confined child; never raises."""
     try:

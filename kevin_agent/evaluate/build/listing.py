@@ -21,6 +21,7 @@ import sys
 import tempfile
 from typing import Any
 
+from kevin_agent.eval_modes import SandboxMode
 from kevin_agent.evaluate.processes import kill_group, scrubbed_environment
 from kevin_agent.evaluate.provenance.symbols import MAX_KERNELS, MAX_LISTED_BYTES, ExtensionKernels
 from kevin_agent.evaluate.sandbox.limits import limit_message
@@ -29,7 +30,7 @@ LISTING_TIMEOUT_S = 60.0  # a listing takes ~50 ms, the confined start ~0.3 s
 CHILD = "kevin_agent.evaluate.provenance.list_child"
 
 
-def listing_command(module_path: str, scratch: str, sandbox: str) -> list[str]:
+def listing_command(module_path: str, scratch: str, sandbox: SandboxMode) -> list[str]:
     """The child's command line, confined to ``scratch`` unless ``sandbox`` is "off"."""
     if sandbox == "off":
         return [sys.executable, "-m", CHILD, module_path]
@@ -66,7 +67,8 @@ def open_module(module_path: str) -> int:
     return fd
 
 
-def kernel_listing(module_path: str, sandbox: str = "auto", timeout_s: float = LISTING_TIMEOUT_S) -> dict[str, Any]:
+def kernel_listing(module_path: str, sandbox: SandboxMode = "auto",
+                   timeout_s: float = LISTING_TIMEOUT_S) -> dict[str, Any]:
     """``ExtensionKernels.to_dict()`` of the ``.so`` at ``module_path``, listed in a confined
     child; ``failed_listing`` on any failure. Never raises."""
     try:

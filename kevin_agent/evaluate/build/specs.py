@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 
+from kevin_agent.eval_modes import SandboxMode
 from kevin_agent.evaluate.processes import kill_group, remove_tree, scrubbed_environment
 from kevin_agent.evaluate.protocol import RecordReply
 from kevin_agent.evaluate.sandbox.limits import limit_message
@@ -37,7 +38,7 @@ def child_environment(scratch: str | None = None) -> dict[str, str]:
 MAX_REPLY_BYTES = 16_000_000  # the recorder's reply: every recorded call's sources (the relay's cap on output)
 
 
-def record_command(path: str, scratch: str, sandbox: str, reply_fd: int) -> list[str]:
+def record_command(path: str, scratch: str, sandbox: SandboxMode, reply_fd: int) -> list[str]:
     """The recorder's command line, confined to its scratch folder unless ``sandbox`` is "off";
     it replies on the pipe ``reply_fd``."""
     argv = ["kevin_agent.evaluate.worker.record", path, str(reply_fd)]
@@ -49,7 +50,7 @@ def record_command(path: str, scratch: str, sandbox: str, reply_fd: int) -> list
     return launch_command(record_policy(scratch, protect=protected_paths()), argv, sandbox, module=True)
 
 
-def record_in_child(code: str, timeout_s: float = 120.0, sandbox: str = "auto") -> list[ExtensionSpec]:
+def record_in_child(code: str, timeout_s: float = 120.0, sandbox: SandboxMode = "auto") -> list[ExtensionSpec]:
     """Run the candidate's top level in a CPU-only, confined child with load_inline recording its
     arguments. Its scratch folder is removed whatever the candidate made of it (``remove_tree``)."""
     scratch = tempfile.mkdtemp(prefix="kevin-record-")
@@ -60,7 +61,7 @@ def record_in_child(code: str, timeout_s: float = 120.0, sandbox: str = "auto") 
     return _specs_from(returncode, reply, stderr)
 
 
-def _run_recorder(code: str, scratch: str, timeout_s: float, sandbox: str) -> tuple[int, bytes, str]:
+def _run_recorder(code: str, scratch: str, timeout_s: float, sandbox: SandboxMode) -> tuple[int, bytes, str]:
     """(exit status, what came on the reply pipe, stderr) of the recorder on ``code``. What the
     candidate prints on stdout is never read: the reply has its own pipe."""
     path = os.path.join(scratch, "candidate.py")
@@ -136,7 +137,8 @@ def _specs_from(returncode: int, reply: bytes, stderr: str) -> list[ExtensionSpe
     raise SourceExtractionError("no load_inline call found (the module must call load_inline when imported)")
 
 
-def extract_specs(code: str, timeout_s: float = 120.0, sandbox: str = "auto") -> tuple[list[ExtensionSpec], str]:
+def extract_specs(code: str, timeout_s: float = 120.0,
+                  sandbox: SandboxMode = "auto") -> tuple[list[ExtensionSpec], str]:
     """All load_inline specs of a candidate and how they were found ("static" or "child")."""
     if len(code.encode("utf-8", errors="replace")) > MAX_SOURCE_BYTES:
         raise SourceExtractionError(f"the answer is over {MAX_SOURCE_BYTES:,} bytes (1 MB)")

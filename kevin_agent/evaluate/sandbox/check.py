@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from kevin_agent.eval_modes import SandboxMode
 from kevin_agent.evaluate.sandbox.attacks import LEGIT
 from kevin_agent.evaluate.sandbox.attacks import SELF_CHECK_ATTACKS as ATTACKS
 from kevin_agent.evaluate.sandbox.check_child import MARKER
@@ -116,7 +117,7 @@ def _home_file(home: Path, fallback_dir: Path) -> tuple[Path, bool]:
     raise OSError(f"cannot write a secret file in {home} or {fallback_dir}")
 
 
-def run_check_child(policy: SandboxPolicy, targets: dict, mode: str, cwd: Path, timeout_s: float = 120.0,
+def run_check_child(policy: SandboxPolicy, targets: dict, mode: SandboxMode, cwd: Path, timeout_s: float = 120.0,
                     python: Optional[str] = None) -> dict:
     """Run ``check_child`` confined by ``policy`` (``mode="off"``: unconfined) through the launcher,
     as every real child starts (its namespaces, hidden folders and bounds included); its parsed output."""
@@ -137,7 +138,7 @@ def run_check_child(policy: SandboxPolicy, targets: dict, mode: str, cwd: Path, 
     return {"report": None, "error": f"the check child exited with {proc.returncode}: {tail}", "results": {}}
 
 
-def check_sandbox(mode: str = "auto", timeout_s: float = 120.0) -> tuple[str, list[CheckResult]]:
+def check_sandbox(mode: SandboxMode = "auto", timeout_s: float = 120.0) -> tuple[str, list[CheckResult]]:
     """Confine a child with a worker policy and attack it; (the sandbox line, one result per check)."""
     root = Path(tempfile.mkdtemp(prefix="kevin-sandbox-check-"))
     try:

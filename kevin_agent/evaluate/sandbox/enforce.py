@@ -39,7 +39,7 @@ class SandboxUnavailable(RuntimeError):
 class SandboxReport:
     """What ``confine`` applied. ``applied`` is the one-line summary for verdict details."""
 
-    mode: str
+    mode: SandboxMode
     applied: str  # "landlock abi 7 + seccomp", "none (reason)" or "off"
     landlock_abi: int = 0
     seccomp: bool = False
@@ -83,7 +83,7 @@ def current_report() -> Optional[SandboxReport]:
     return _LAYERS[-1] if _LAYERS else None
 
 
-def _fail(mode: str, message: str) -> None:
+def _fail(mode: SandboxMode, message: str) -> None:
     if mode == "required":
         raise SandboxUnavailable(f"sandbox required but {message}")
 

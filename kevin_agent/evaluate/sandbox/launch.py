@@ -23,6 +23,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Optional
 
+from kevin_agent.eval_modes import SandboxMode, parse_sandbox_mode
 from kevin_agent.evaluate.sandbox.enforce import MODES, SandboxUnavailable, confine, set_isolation
 from kevin_agent.evaluate.sandbox.namespaces import Isolation, become_init, unshare_namespaces
 from kevin_agent.evaluate.sandbox.policy import SandboxPolicy
@@ -31,7 +32,7 @@ from kevin_agent.evaluate.sandbox.relay import Caps, relay
 EXIT_UNCONFINED = 70
 
 
-def launch_command(policy: SandboxPolicy, argv: Sequence[str], mode: str = "auto", *,
+def launch_command(policy: SandboxPolicy, argv: Sequence[str], mode: SandboxMode = "auto", *,
                    python: Optional[str] = None, module: bool = False) -> list[str]:
     """The command line that confines to ``policy`` then runs ``argv``: a module name and its
     arguments when ``module`` (run with this interpreter), else a program and its arguments."""
@@ -60,13 +61,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(options)
     if not module and not rest:
         parser.error("give -m MODULE or -- PROGRAM")
-    policy = SandboxPolicy.from_json(args.policy)
-    if args.mode != "off" and policy.relayed:
-        return _isolated(policy, args.mode, module, rest)
-    return _confined(policy, args.mode, module, rest)
+    policy, mode = SandboxPolicy.from_json(args.policy), parse_sandbox_mode(args.mode)  # choices= checked it
+    if mode != "off" and policy.relayed:
+        return _isolated(policy, mode, module, rest)
+    return _confined(policy, mode, module, rest)
 
 
-def _isolated(policy: SandboxPolicy, mode: str, module: Optional[str], rest: list[str]) -> int:
+def _isolated(policy: SandboxPolicy, mode: SandboxMode, module: Optional[str], rest: list[str]) -> int:
     """Fork the target as the first process of a new PID namespace; relay its output within
     the policy's bounds and end with it (``relay``)."""
     why = unshare_namespaces()
@@ -96,7 +97,7 @@ def _isolated(policy: SandboxPolicy, mode: str, module: Optional[str], rest: lis
     os._exit(code)  # nothing of the launcher's interpreter is left to clean up: skip its finalisation
 
 
-def _child_exit(policy: SandboxPolicy, mode: str, module: Optional[str], rest: list[str]) -> int:
+def _child_exit(policy: SandboxPolicy, mode: SandboxMode, module: Optional[str], rest: list[str]) -> int:
     """Run the target in the forked child; its exit code (never returns into the launcher's code)."""
     try:
         code: object = _confined(policy, mode, module, rest)
@@ -118,10 +119,10 @@ def _child_exit(policy: SandboxPolicy, mode: str, module: Optional[str], rest: l
     return 1
 
 
-def _confined(policy: SandboxPolicy, mode: str, module: Optional[str], rest: list[str]) -> int:
+def _confined(policy: SandboxPolicy, mode: SandboxMode, module: Optional[str], rest: list[str]) -> int:
     """Confine this process, then run the module (in this interpreter) or execute the program."""
     try:
-        report = confine(policy, mode)  # type: ignore[arg-type]
+        report = confine(policy, mode)
     except SandboxUnavailable as exc:
         print(f"kevin-sandbox: {exc}", file=sys.stderr, flush=True)
         return EXIT_UNCONFINED
