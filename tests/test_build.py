@@ -33,6 +33,7 @@ SOFTMAX = FIXTURES / "kernels" / "softmax_candidate.py"
 BROKEN = FIXTURES / "build" / "broken_candidate.py"
 NAMESPACE = FIXTURES / "build" / "namespace_candidate.py"
 ALL_OF_TORCH = FIXTURES / "build" / "all_of_torch_candidate.py"
+CUDA_CONTEXT = FIXTURES / "build" / "cuda_context_candidate.py"
 TIMES: dict[str, float] = {}
 
 
@@ -251,6 +252,22 @@ def test_host_code_needing_more_than_torch_types_builds_through_the_whole_path(c
     assert (result.path, result.split_note) == ("whole", "split build failed outside the kernels; retried whole")
     assert result.log_path  # the split's host unit lacked torch::nn (GCC quotes by locale: ‘’ or '')
     assert re.search(r"torch::nn\W{0,3} has not been declared", Path(result.log_path).read_text())
+
+
+@pytest.mark.nvcc
+def test_a_candidate_including_cuda_context_builds_where_the_toolkit_lacks_the_library_headers(cache_root):
+    """<ATen/cuda/CUDAContext.h> includes cusparse.h: found in pip's nvidia packages when the toolkit
+    has none (this machine's toolkit is nvcc alone), the toolkit's own first everywhere else."""
+    from kevin_agent.evaluate.build.flags import toolchain
+
+    includes = toolchain().include_dirs
+    cuda_include = Path(toolchain().cuda_home) / "include"
+    if not (cuda_include / "cusparse.h").is_file():
+        assert any((Path(d) / "cusparse.h").is_file() for d in includes), includes
+        assert includes.index(str(cuda_include)) < min(i for i, d in enumerate(includes)
+                                                       if (Path(d) / "cusparse.h").is_file())
+    outcome = compile_candidate(CUDA_CONTEXT.read_text(), BuildCache(cache_root))
+    assert outcome.ok, outcome.message
 
 
 @pytest.mark.nvcc

@@ -189,6 +189,27 @@ def pch_flags(extra_cflags: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(c for c in chosen if c)
 
 
+# headers of CUDA's libraries that torch's ATen/cuda headers include (<ATen/cuda/CUDAContext.h>: cusparse.h,
+# cublas_v2.h); a toolkit of nvcc alone lacks them, and pip's nvidia-* packages ship them
+LIBRARY_HEADERS = ("cusparse.h", "cublas_v2.h", "cublasLt.h", "cusolverDn.h", "curand.h", "cufft.h")
+
+
+def library_header_dirs(cuda_include: Path) -> list[str]:
+    """The ``include`` folders of the installed ``nvidia`` pip packages that hold a library header
+    the toolkit lacks, in name order: searched after the toolkit's own, so its headers win."""
+    import importlib.util
+
+    missing = [name for name in LIBRARY_HEADERS if not (cuda_include / name).is_file()]
+    spec = importlib.util.find_spec("nvidia") if missing else None
+    roots = list(spec.submodule_search_locations or []) if spec is not None else []
+    found: list[str] = []
+    for root in roots:
+        for include in sorted(Path(root).glob("*/include")):
+            if any((include / name).is_file() for name in missing) and str(include) not in found:
+                found.append(str(include))
+    return found
+
+
 @functools.cache
 def _toolchain_cached(arch: str, cuda_home: str) -> Toolchain:
     import torch
@@ -202,6 +223,7 @@ def _toolchain_cached(arch: str, cuda_home: str) -> Toolchain:
     cuda_include = str(Path(cuda_home) / "include")
     if cuda_include not in includes:
         includes.append(cuda_include)
+    includes += [path for path in library_header_dirs(Path(cuda_include)) if path not in includes]
     libs = _torch_paths("library_paths")
     cuda_lib = next((str(p) for p in (Path(cuda_home) / "lib64", Path(cuda_home) / "lib") if p.is_dir()), None)
     if cuda_lib and cuda_lib not in libs:
