@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from kevin_agent.data import Candidate, Task, Verdict
 from kevin_agent.errors import UserInputError
 
-RUN_STATUSES = ("running", "done", "cancelled", "failed")
+RunStatus = Literal["running", "done", "cancelled", "failed"]
+RUN_STATUSES: tuple[RunStatus, ...] = ("running", "done", "cancelled", "failed")
+
+
+def parse_run_status(value: object) -> RunStatus:
+    """``value`` as a RunStatus (the store's column, read back); ValueError naming it."""
+    for status in RUN_STATUSES:
+        if value == status:
+            return status
+    raise ValueError(f"unknown run status {value!r} (expected one of {', '.join(RUN_STATUSES)})")
 
 
 @dataclass
@@ -18,7 +27,7 @@ class RunSummary:
     run_id: str
     class_name: str
     created: str
-    status: str
+    status: RunStatus
     best_speedup: Optional[float]  # best speedup vs eager (counts_as_best), None when none
     candidates: int = 0
     source_path: str = ""
@@ -32,7 +41,7 @@ class RunRecord:
     run_id: str
     task: Task
     settings: dict[str, Any]
-    status: str  # "running" | "done" | "cancelled" | "failed"
+    status: RunStatus
     created: str
     candidates: list[tuple[Candidate, Optional[Verdict]]]
     updated: str = ""

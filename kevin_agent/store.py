@@ -19,7 +19,7 @@ from typing import Any, Optional
 from kevin_agent.data import Candidate, Message, Task, Verdict
 from kevin_agent.errors import EnvironmentProblem, UserInputError
 from kevin_agent.paths import find_repo_root
-from kevin_agent.run_record import RUN_STATUSES, RunRecord, RunSummary
+from kevin_agent.run_record import RunRecord, RunStatus, RunSummary, parse_run_status
 
 __all__ = ["RunStore", "RunRecord", "RunSummary", "find_repo_root", "now_iso"]
 
@@ -155,9 +155,15 @@ class RunStore:
             self._conn.execute("UPDATE runs SET notes_json = ? WHERE run_id = ?",
                                (json.dumps(kept + list(notes)), run_id))
 
-    def set_status(self, run_id: str, status: str, error: Optional[str] = None) -> None:
-        if status not in RUN_STATUSES:
-            raise ValueError(f"unknown run status {status!r}")
+    def _status(self, text: object) -> RunStatus:
+        """A stored status read back; one line naming the store when it is none we know."""
+        try:
+            return parse_run_status(text)
+        except ValueError as err:
+            raise EnvironmentProblem(f"the run store {self.path} holds {err}") from None
+
+    def set_status(self, run_id: str, status: RunStatus, error: Optional[str] = None) -> None:
+        parse_run_status(status)  # a caller outside the type checker's sight
         self._write(
             "UPDATE runs SET status = ?, error = ?, updated = ? WHERE run_id = ?",
             (status, error, now_iso(), run_id),
@@ -212,7 +218,7 @@ class RunStore:
             "FROM runs r ORDER BY r.created DESC, r.rowid DESC"
         )
         return [
-            RunSummary(run_id=r[0], class_name=r[1], created=r[2], status=r[3], source_path=r[4],
+            RunSummary(run_id=r[0], class_name=r[1], created=r[2], status=self._status(r[3]), source_path=r[4],
                        best_speedup=r[5], candidates=r[6], replayed=bool(r[7]))
             for r in rows
         ]
@@ -265,7 +271,7 @@ class RunStore:
             candidates.append((candidate, verdict))
         return RunRecord(
             run_id=row[0], task=Task.from_dict(json.loads(row[1])), settings=json.loads(row[2]),
-            status=row[3], created=row[4], updated=row[5], error=row[6], candidates=candidates,
+            status=self._status(row[3]), created=row[4], updated=row[5], error=row[6], candidates=candidates,
             parents=parents, notes=json.loads(row[7] or "[]"),
         )
 

@@ -22,7 +22,7 @@ from kevin_agent.config import BackendSettings
 from kevin_agent.data import Message, Stage
 from kevin_agent.evaluate.replay import ReplayEvaluator
 from kevin_agent.loop.session import RunSettings, Session
-from kevin_agent.run_record import RunRecord
+from kevin_agent.run_record import RunRecord, RunStatus
 from kevin_agent.run_table import conclude
 from kevin_agent.store import RunStore
 from kevin_agent.task import load_task
@@ -114,7 +114,7 @@ def test_retry_rounds_are_reported_once_each_for_the_whole_batch(fake_server) ->
 
 
 @pytest.mark.parametrize("status", ["cancelled", "failed"])
-def test_an_unfinished_run_never_concludes_to_keep_the_module(status: str) -> None:
+def test_an_unfinished_run_never_concludes_to_keep_the_module(status: RunStatus) -> None:
     record = RunRecord(run_id="r", status=status, task=load_task(str(TASK_FILE) + "::Model"), settings={},
                        created="", candidates=[])
     text = conclude(record).text

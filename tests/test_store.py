@@ -103,6 +103,23 @@ def test_latest_prefix_and_unknown_runs(tmp_path):
     assert runs[0].source_path == "models/add.py" and runs[0].best_speedup is None
 
 
+def test_a_status_the_store_does_not_know_is_one_line_naming_the_store(tmp_path):
+    import sqlite3
+
+    store = RunStore(tmp_path / "runs.sqlite")
+    store.create_run("20250101-aaaa", TASK, {})
+    with pytest.raises(ValueError, match="unknown run status 'paused'"):
+        store.set_status("20250101-aaaa", "paused")  # type: ignore[arg-type]  # what the checker would refuse
+    store.close()
+    with sqlite3.connect(tmp_path / "runs.sqlite") as edited:
+        edited.execute("UPDATE runs SET status = 'paused'")
+    store = RunStore(tmp_path / "runs.sqlite")
+    for read in (store.list_runs, lambda: store.load_run("latest")):
+        with pytest.raises(EnvironmentProblem, match=r"runs.sqlite holds unknown run status 'paused' \(expected one"):
+            read()
+    store.close()
+
+
 def test_api_keys_never_reach_the_store(tmp_path):
     settings = RunSettings(backend=BackendSettings(api_key="sk-very-secret-key"))
     store = RunStore(tmp_path / "runs.sqlite")
