@@ -28,6 +28,7 @@ QueueCallback = Callable[[int, int], None]  # (waiting to compile, waiting for t
 WaitCallback = Callable[[str], None]  # "waiting for GPU 0, in use by kevin lsp pid 4242"
 
 
+EVALUATOR_ENV = "KEVIN_EVALUATOR"  # "cuda" | "replay:PATH": the evaluator when no flag names one
 DEFAULT_COMPILE_TIMEOUT_S = 300.0
 COMPILE_TIMEOUT_VAR = "KEVIN_COMPILE_TIMEOUT_S"  # a slower machine's build limit (the test suite sets one)
 

@@ -30,7 +30,14 @@ from typing import Optional
 from kevin_agent.data import Stage, Task, Verdict
 from kevin_agent.errors import EnvironmentProblem, UserInputError
 from kevin_agent.eval_modes import SandboxMode
-from kevin_agent.evaluate.api import EvalSettings, Evaluator, QueueCallback, VerdictCallback, WaitCallback
+from kevin_agent.evaluate.api import (
+    EVALUATOR_ENV,
+    EvalSettings,
+    Evaluator,
+    QueueCallback,
+    VerdictCallback,
+    WaitCallback,
+)
 from kevin_agent.evaluate.baselines import BaselineBook, Drift, baseline_key, drift
 from kevin_agent.evaluate.build.cache import BuildCache, default_cache_root, entry_dir
 from kevin_agent.evaluate.build.compile import CompileOutcome, compile_candidate
@@ -43,7 +50,6 @@ from kevin_agent.evaluate.provenance.build_check import build_rejection
 from kevin_agent.evaluate.scheduling import Batch, GpuItem, LaneQueue, Target
 from kevin_agent.evaluate.verdicts import build_details, compile_verdict, merge_build_details, static_verdict
 
-EVALUATOR_ENV = "KEVIN_EVALUATOR"
 # one candidate's compile (its batch's cancel event), results in the cache
 Compiler = Callable[[str, BuildCache, threading.Event], CompileOutcome]
 LaneServer = Callable[[GpuLane, LaneQueue], None]  # a lane's thread: serve the lane from the queue

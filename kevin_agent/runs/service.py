@@ -21,7 +21,7 @@ from kevin_agent.backends.base import Backend
 from kevin_agent.config import BackendSettings, KevinConfig, load_config, resolve_backend_settings
 from kevin_agent.data import Task
 from kevin_agent.errors import KevinError, UserInputError
-from kevin_agent.evaluate.api import EvalSettings, Evaluator
+from kevin_agent.evaluate.api import EVALUATOR_ENV, EvalSettings, Evaluator
 from kevin_agent.events import EventSink, ignore_events
 from kevin_agent.loop.session import Session
 from kevin_agent.loop.settings import RunSettings
@@ -30,7 +30,6 @@ from kevin_agent.runs.locks import RunLock
 from kevin_agent.runs.request import RunRequest
 from kevin_agent.store import RunStore
 
-EVALUATOR_ENV = "KEVIN_EVALUATOR"
 EXIT_CANCELLED = 130
 
 BackendFactory = Callable[[BackendSettings], Backend]

@@ -29,7 +29,8 @@ EvaluatorFactory = Callable[[EvalSettings], Evaluator]
 def daemon_evaluator(settings: EvalSettings) -> Evaluator:
     """This machine's evaluator with ``DAEMON_SPARES`` ready workers (KEVIN_EVALUATOR, when set,
     picks another, e.g. a replay file in tests)."""
-    from kevin_agent.evaluate.evaluator import EVALUATOR_ENV, CudaEvaluator, make_evaluator
+    from kevin_agent.evaluate.api import EVALUATOR_ENV
+    from kevin_agent.evaluate.evaluator import CudaEvaluator, make_evaluator
 
     spec = os.environ.get(EVALUATOR_ENV)
     return make_evaluator(spec, settings) if spec else CudaEvaluator(settings, spares=DAEMON_SPARES)
