@@ -88,6 +88,18 @@ def test_split_build_keeps_the_binding_apart(cache, honest):
 
 
 @pytest.mark.nvcc
+def test_device_helpers_compiled_by_nvcc_pass_both_policies(cache):
+    """Non-inline __device__ helpers (the softmax fixture's block reductions): nvcc's host stub of
+    each calls exit(), which an H100 run of 2026-12-07 rejected as the candidate's process control."""
+    (spec,) = extract_static((FIXTURES / "kernels" / "softmax_candidate.py").read_text())
+    result = _build(cache, spec)
+    assert result.path == "split" and "exit" in _facts(result)["imports"]["kernels.o"]
+    assert _facts(result)["nvcc_objects"] == ["kernels.o"]
+    for policy in ("strict", "partial"):
+        assert build_reasons([result], policy) == [], policy
+
+
+@pytest.mark.nvcc
 def test_a_cached_build_keeps_its_facts_and_the_worker_uses_them(cache, honest):
     again = cache.build(_spec("other_name", (HERE / "honest_styles.cu").read_text(), ("styles",),
                               "std::vector<torch::Tensor> styles(torch::Tensor x, double scale);"))

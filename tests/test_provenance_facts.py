@@ -126,6 +126,20 @@ def test_reasons_under_each_policy():
     assert reasons({"error": "x"}, "partial") == ["the build's own objects could not be checked (x)"]
 
 
+def test_exit_is_nvccs_own_import_only_in_an_object_nvcc_compiled():
+    """nvcc's host stub of a non-inline __device__ function calls exit(); host code calling it is the
+    candidate's own process control, rejected as before."""
+    facts = {"kernels": ["mine"], "imports": {"kernels.o": ["exit", "atexit"], "host.o": ["exit"]},
+             "host_asm": [], "exec_data": [], "notes": [], "demangled": {}, "foreign_kernels": [],
+             "nvcc_objects": ["kernels.o"]}
+    for policy in ("strict", "partial"):
+        assert reasons(facts, policy) == ["your code calls raw system calls and process control: exit (host.o)"]
+    assert reasons({**facts, "imports": {"kernels.o": ["exit", "syscall"]}}, "partial") == [
+        "your code calls raw system calls and process control: syscall (kernels.o)"]
+    del facts["nvcc_objects"]  # facts of an older build: nothing is nvcc's
+    assert "exit (kernels.o)" in reasons(facts, "strict")[0]
+
+
 def test_foreign_kernels_match_qualified_names_not_base_names():
     listed = ["_ZN2at6native29vectorized_elementwise_kernelEPf", "_Z29vectorized_elementwise_kernelPf"]
     assert foreign_kernels(["vectorized_elementwise_kernel"], listed) == ["at::native::vectorized_elementwise_kernel"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kevin_agent.errors import EnvironmentProblem
 
-RECIPE_VERSION = "kevin-build-8"  # bump when generated files or flags change meaning
+RECIPE_VERSION = "kevin-build-9"  # bump when generated files or flags change meaning
 NO_ARCH = ("no CUDA device to target: to compile without one, name the architecture with `--arch 9.0` "
            "(kevin eval) or TORCH_CUDA_ARCH_LIST=9.0")
 

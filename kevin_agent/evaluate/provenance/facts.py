@@ -75,6 +75,10 @@ def gather(entries: Sequence[tuple[str, str, bytes]]) -> dict[str, Any]:
         return {**facts, "error": f"unreadable build output: {exc}"[:300]}
     facts["kernels"] = sorted(set(facts["kernels"]))
     facts["imports"] = {obj: sorted(names - defined) for obj, names in undefined.items()}
+    # objects nvcc compiled (their preprocessed unit is CUDA): nvcc's host stub of every non-inline
+    # __device__ function calls exit(), so that import there is the compiler's, not the candidate's
+    cuda_units = {name for name, kind, _ in entries if kind == "cuda"}
+    facts["nvcc_objects"] = sorted(obj for obj in undefined if obj.rsplit(".", 1)[0] + ".ii" in cuda_units)
     if sum(len(v) for v in facts["imports"].values()) > MAX_IMPORTS:
         return {**facts, "imports": {}, "error": f"more than {MAX_IMPORTS:,} imported symbols"}
     # demangled here, in the confined child: the names are the candidate's, the demangler a C library
@@ -99,7 +103,7 @@ def reasons(facts: dict[str, Any], policy: Policy) -> list[str]:
     imports: dict[str, list[str]] = facts.get("imports") or {}
     raw = facts.get("demangled")
     demangled: dict[str, str] = raw if isinstance(raw, dict) else {}
-    found += import_problems(imports, demangled, policy)
+    found += import_problems(imports, demangled, policy, nvcc_objects=frozenset(facts.get("nvcc_objects") or ()))
     if policy == STRICT:
         foreign = [str(k) for k in facts.get("foreign_kernels") or ()]
         if foreign:

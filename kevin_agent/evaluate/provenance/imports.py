@@ -124,12 +124,21 @@ def classify(name: str) -> tuple[str, str]:
     return DENIED, "not on the allow-list"
 
 
-def import_problems(imports: Mapping[str, Iterable[str]], demangled: Mapping[str, str], policy: Policy) -> list[str]:
+# what nvcc's own code in an object it compiled imports: the host stub it writes for each non-inline
+# __device__ function is a call to exit() (a device function cannot run on the host)
+NVCC_STUB_IMPORTS = frozenset({"exit"})
+
+
+def import_problems(imports: Mapping[str, Iterable[str]], demangled: Mapping[str, str], policy: Policy,
+                    nvcc_objects: frozenset[str] = frozenset()) -> list[str]:
     """One reason per class of import ``policy`` rejects (``imports``: object -> raw names), each
-    naming its first symbols and their objects; empty when every import is allowed."""
+    naming its first symbols and their objects; empty when every import is allowed. In
+    ``nvcc_objects``, nvcc's stub imports are its own."""
     found: dict[str, list[str]] = {}
     for obj, names in imports.items():
         for raw in names:
+            if obj in nvcc_objects and raw in NVCC_STUB_IMPORTS:
+                continue
             spelled = demangled.get(raw, raw)
             verdict, category = classify(spelled)
             if verdict == DENIED or (verdict == COMPUTE and policy == STRICT):
