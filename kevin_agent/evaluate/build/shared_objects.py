@@ -16,21 +16,29 @@ can shape its own module but never an object another candidate's build reuses. T
 declarations are part of the binding's text, so they are part of its key, with the flags (vetted,
 ``source.flags``). An object is taken without following a link and only as a regular file under a
 size bound.
+
+Builds of one task's candidates that start together (a batch, ``kevin bench``) would each compile the
+same binding. So the shared compile takes a lock on its keys first (``objects/locks``, ``flock``: across
+processes, released if the holder dies); whoever gets it second finds the object kept and copies it
+instead. The candidate's own units compile meanwhile: only the binding's compile waits.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import os
 import shutil
 import stat
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kevin_agent.evaluate.build.flags import Toolchain
 from kevin_agent.evaluate.build.ninja_file import NinjaRun, Step, append_log, write_ninja
-from kevin_agent.evaluate.build.usage import touch
+from kevin_agent.evaluate.build.usage import SHARED_LOCKS, touch
 
 # (folder, log file, targets) -> a confined ninja run in that folder
 Ninja = Callable[[Path, Path, tuple[str, ...]], NinjaRun]
@@ -65,8 +73,18 @@ def compile_beside(root: Path, tc: Toolchain, apart: list[Step], files: dict[str
     write_ninja(folder, tc, apart, None, [])
     shared_log = work.with_name("shared-build.log")
     done: list[NinjaRun] = []
-    thread = threading.Thread(target=lambda: done.append(ninja(folder, shared_log, ())), name="kevin-shared-compile",
-                              daemon=True)
+
+    def compile_once() -> None:  # a build that started beside us may have kept these meanwhile
+        with key_lock(root, apart):
+            if copy_in(apart, root / OBJECTS, folder, kept=True):
+                done.append(NinjaRun(True, ""))
+                return
+            ran = ninja(folder, shared_log, ())
+            if ran.ok:
+                keep(root, apart, folder)
+            done.append(ran)
+
+    thread = threading.Thread(target=compile_once, name="kevin-shared-compile", daemon=True)
     thread.start()
     targets = tuple(step.output for step in own)  # not the link: the shared objects are not in yet
     mine = ninja(work, log_path, targets) if targets else NinjaRun(True, "")
@@ -75,8 +93,6 @@ def compile_beside(root: Path, tc: Toolchain, apart: list[Step], files: dict[str
     append_log(log_path, theirs.output)
     shared_log.unlink(missing_ok=True)
     output = mine.output + theirs.output
-    if theirs.ok:
-        keep(root, apart, folder)  # whatever became of the candidate's units: ours compiled
     if not (mine.ok and theirs.ok):
         shutil.rmtree(folder, ignore_errors=True)
         return NinjaRun(False, output, mine.timed_out or theirs.timed_out)
@@ -88,9 +104,31 @@ def compile_beside(root: Path, tc: Toolchain, apart: list[Step], files: dict[str
     return NinjaRun(link.ok, output + link.output, link.timed_out)
 
 
-def copy_in(steps: list[Step], folder: Path, work: Path) -> bool:
-    """Copy each step's object from ``folder`` (where it was compiled apart) into ``work``."""
-    return all(_copy_regular(folder / step.output, work / step.output) for step in steps)
+def copy_in(steps: list[Step], folder: Path, work: Path, kept: bool = False) -> bool:
+    """Copy each step's object from ``folder`` (where it was compiled apart; ``kept``: the store,
+    ``objects/``) into ``work``; False as soon as one is missing."""
+    for step in steps:
+        source = folder / (step.shared_key or "") / OBJECT_FILE if kept else folder / step.output
+        if not _copy_regular(source, work / step.output):
+            return False
+        if kept:
+            touch([source.parent])
+    return True
+
+
+@contextlib.contextmanager
+def key_lock(root: Path, steps: list[Step]) -> Iterator[None]:
+    """Hold the lock of these steps' keys (one file per set of keys under ``objects/locks``)."""
+    keys = "\n".join(sorted(step.shared_key for step in steps if step.shared_key))
+    folder = root / OBJECTS / SHARED_LOCKS
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / hashlib.sha256(keys.encode()).hexdigest()[:32],
+                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def keep(root: Path, steps: list[Step], work: Path) -> None:

@@ -34,6 +34,7 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 BUILDS = "ext"
 HEADERS = "pch"
 SHARED_OBJECTS = "objects"
+SHARED_LOCKS = "locks"  # objects/locks: the lock files of shared compiles (build.shared_objects.key_lock)
 DEFAULT_GRACE_S = 600.0
 
 
@@ -81,7 +82,8 @@ def evict_least_recent(root: Path, cap_bytes: int, grace_s: float = DEFAULT_GRAC
     if size <= cap_bytes:
         return Eviction(0, 0, size)
     now = time.time() if now is None else now
-    candidates = [*_children(root / BUILDS), *_children(root / HEADERS), *_children(root / SHARED_OBJECTS)]
+    objects = [e for e in _children(root / SHARED_OBJECTS) if e.name != SHARED_LOCKS]  # locks: held, tiny
+    candidates = [*_children(root / BUILDS), *_children(root / HEADERS), *objects]
     entries = sorted(((_mtime(e), e) for e in candidates if e.is_dir() and not e.is_symlink()),
                      key=lambda item: item[0])
     removed = freed = 0
