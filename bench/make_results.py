@@ -206,6 +206,58 @@ def build_ratio_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def side_by_side_lines(result: dict[str, Any]) -> list[str]:
+    """``side_by_side.py``: eval_bench and eval_cli_bench of this tree and an older one, one run."""
+    summary, old = result.get("summary", {}), result.get("old_commit")
+    labels = {"candidates_per_minute": "eval_bench: candidates fully evaluated per minute",
+              "builds_summed_s": "eval_bench: builds summed (wall s, they overlap)",
+              "eval_bench_process_cpu_s": "eval_bench: CPU s of the whole process tree",
+              "eval_cli_new_task_wall_s": "kevin eval: a new task (wall s)",
+              "eval_cli_new_candidate_wall_s": "kevin eval: a new candidate, seen task (wall s)",
+              "eval_cli_cache_hit_wall_s": "kevin eval: a cache hit, warm evaluator (wall s)",
+              "eval_cli_cache_hit_no_daemon_wall_s": "kevin eval: a cache hit, --no-daemon (wall s)"}
+    rows = [["measure", "this tree", f"at {old}", "this / that"]]
+    for key, label in labels.items():
+        if key in summary:
+            figures = summary[key]
+            builds = f" (build {num(figures['new_build_s'], 1, 's')} / {num(figures['old_build_s'], 1, 's')})" \
+                if figures.get("new_build_s") is not None else ""
+            rows.append([label + builds, num(figures["new"], 2), num(figures["old"], 2),
+                         num(figures["new_over_old"], 2, "x")])
+    busy = summary.get("gpu_busy_share")
+    if busy:
+        rows.append(["eval_bench: GPU busy share of the wall", num(busy["new"], 2), num(busy["old"], 2), "-"])
+    lines = table(rows)
+    differ = []
+    new_rows = (result["rows"].get("eval_bench/new", {}).get("result") or {}).get("kevin", {}).get("verdicts", {})
+    old_rows = (result["rows"].get("eval_bench/old", {}).get("result") or {}).get("kevin", {}).get("verdicts", {})
+    for cid in sorted(set(new_rows) & set(old_rows)):
+        if (new_rows[cid]["stage"], new_rows[cid]["ok"]) != (old_rows[cid]["stage"], old_rows[cid]["ok"]):
+            differ.append(f"{cid} ({new_rows[cid]['stage']} {'ok' if new_rows[cid]['ok'] else 'failed'} here, "
+                          f"{old_rows[cid]['stage']} {'ok' if old_rows[cid]['ok'] else 'failed'} there)")
+    if differ:
+        lines += ["", "- verdicts that differ between the trees: " + "; ".join(differ)]
+    return lines
+
+
+def replies_bench_lines(result: dict[str, Any]) -> list[str]:
+    """``replies_bench.py``: ``kevin bench --replies`` over a corpus, and a few answers judged alone."""
+    bench = result.get("bench", {})
+    rows = [["answers", "policy", "wall", "exit", "judged alone", "alone agrees"]]
+    alone = result.get("alone", {})
+    rows.append([str(result.get("answers")), str(result.get("policy")), num(bench.get("wall_s"), 1, "s"),
+                 str(bench.get("exit")), str(len(alone)),
+                 f"{sum(1 for a in alone.values() if a.get('agree'))} of {len(alone)}"])
+    lines = table(rows)
+    for summary in (bench.get("summary") or {}).get("summaries", []):
+        level = "all" if summary.get("level") is None else f"level {summary['level']}"
+        lines.append(f"- {level}: {summary.get('tasks')} tasks, correct {num(summary.get('correct'), 2)}, "
+                     f"faster than eager {num((summary.get('fast_vs_eager') or {}).get('1'), 2)}, geomean speedup "
+                     f"{num(summary.get('geomean_speedup'), 2, 'x')}, provenance rejections "
+                     f"{num(summary.get('provenance_rejection_share'), 2)}")
+    return lines
+
+
 def dropin_lines(rows: list[dict[str, Any]]) -> list[str]:
     body = [["kernel", "ok", "first import + forward (build included)", "process"]]
     body += [[r["kernel"], "yes" if r.get("ok") else "no", num(r.get("import_and_first_forward_s"), 1, "s"),
@@ -284,6 +336,11 @@ def file_lines(name: str, data: Any, meta: dict[str, Any]) -> list[str]:
     elif isinstance(data, dict) and "confined_over_unconfined" in data:
         title, body = "Compile bench, confined vs unconfined (`bench/compile_bench.py --sandbox-cost`)", \
             sandbox_cost_lines(data)
+    elif isinstance(data, dict) and "order" in data and isinstance(data.get("rows"), dict):
+        title, body = "eval_bench and kevin eval, this tree against an older one (`bench/side_by_side.py`)", \
+            side_by_side_lines(data)
+    elif isinstance(data, dict) and "batch_verdicts" in data:
+        title, body = "kevin bench --replies over a corpus (`bench/replies_bench.py`)", replies_bench_lines(data)
     elif isinstance(data, dict) and "old_commit" in data and "summary" in data:
         title, body = "Build CPU, this tree against an older one (`bench/build_cpu_ratio.py`)", build_ratio_lines(data)
     elif isinstance(data, dict) and "median_split_cold_s" in data:
