@@ -25,8 +25,8 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from kevin_agent.eval_modes import SandboxMode
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -34,6 +34,9 @@ sys.path.insert(0, str(ROOT))
 from kevin_agent.evaluate.build.cache import BuildCache  # noqa: E402
 from kevin_agent.evaluate.build.specs import extract_specs  # noqa: E402
 from kevin_agent.evaluate.source.calls import ExtensionSpec  # noqa: E402
+
+if TYPE_CHECKING:
+    from kevin_agent.eval_modes import SandboxMode
 
 FIXTURES = ROOT / "tests" / "fixtures" / "kernels"
 
