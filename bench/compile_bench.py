@@ -27,7 +27,6 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
