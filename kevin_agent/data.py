@@ -53,6 +53,10 @@ _REASON_PREFIXES: tuple[tuple[str, str], ...] = (
     ("timed faster than the profiler", TIMED_BELOW_PROFILE),
 )
 
+# Eager's correctness tolerance (KEVIN.md), atol = rtol: judged by the worker, written into the drop-in's test
+FP32_TOLERANCE = 1e-4  # float32 / float64
+LOW_PRECISION_TOLERANCE = 1e-2  # float16, bfloat16 and narrower floats
+
 
 @dataclass(frozen=True)
 class Message:

@@ -19,19 +19,7 @@ from typing import Optional
 
 from kevin_agent.progress import PlainProgress
 from kevin_agent.runs.request import RunRequest
-from kevin_agent.runs.service import PreparedRun, RunOutcome, RunService
-
-
-def unique_run_ids(count: int) -> list[str]:
-    """``count`` fresh run ids, no two alike (runs opened in the same second would share one)."""
-    from kevin_agent.loop.session import new_run_id
-
-    chosen: list[str] = []
-    while len(chosen) < count:
-        run_id = new_run_id()
-        if run_id not in chosen:
-            chosen.append(run_id)
-    return chosen
+from kevin_agent.runs.service import PreparedRun, RunOutcome, RunService, fresh_run_ids
 
 
 def loaded(requests: Sequence[RunRequest]) -> list[RunRequest]:
@@ -40,7 +28,7 @@ def loaded(requests: Sequence[RunRequest]) -> list[RunRequest]:
 
     tasks = [load_task(request.target or "") for request in requests]
     return [dataclasses.replace(request, target=None, task=task, run_id=run_id)
-            for request, task, run_id in zip(requests, tasks, unique_run_ids(len(requests)))]
+            for request, task, run_id in zip(requests, tasks, fresh_run_ids(len(requests)))]
 
 
 def open_all(service: RunService, requests: Sequence[RunRequest]) -> list[PreparedRun]:

@@ -50,6 +50,18 @@ def _absolute_spec(spec: Optional[str]) -> Optional[str]:
     return spec
 
 
+def fresh_run_ids(count: int) -> list[str]:
+    """``count`` new run ids, no two alike (runs opened in the same second would share one)."""
+    from kevin_agent.loop.session import new_run_id
+
+    chosen: list[str] = []
+    while len(chosen) < count:
+        run_id = new_run_id()
+        if run_id not in chosen:
+            chosen.append(run_id)
+    return chosen
+
+
 def _open_evaluator(spec: Optional[str], settings: EvalSettings) -> Evaluator:
     from kevin_agent.evaluate.evaluator import open_evaluator
 

@@ -29,13 +29,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kevin_agent.data import FP32_TOLERANCE, LOW_PRECISION_TOLERANCE
 from kevin_agent.evaluate.judgement import trial_seed as trial_seed  # the parent checks the judge by these seeds
 from kevin_agent.evaluate.worker.exercise import PLAIN as PLAIN_INPUTS
 from kevin_agent.evaluate.worker.exercise import exercised
 from kevin_agent.evaluate.worker.guards import changed_inputs, snapshot
 
-FP32_TOLERANCE = 1e-4
-LOW_PRECISION_TOLERANCE = 1e-2
 # Gate 2 (against float64). Measured on CPU for an fp32 matmul with K = 4096: a fully sequential
 # sum has 3.3x (randn inputs) to 8.6x (rand inputs) the RMS error of the blocked BLAS eager uses,
 # a reversed blocked sum 0.7-1.5x; TF32 inputs 56x (rand) to 840x (randn), bf16 inputs and fp16
