@@ -70,9 +70,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     env.update(PYTHONPATH=str(ROOT), KEVIN_BUILD_CACHE=str(cache), KEVIN_EVAL_DAEMON_IDLE_S="0")
     replies = args.replies.resolve()
     corpus = str(replies.relative_to(ROOT)) if replies.is_relative_to(ROOT) else str(replies)
-    result: dict[str, Any] = {"corpus": corpus,
-                              "answers": sum(1 for line in replies.read_text().splitlines() if line.strip()),
-                              "policy": args.policy, "cpus": os.cpu_count()}
+    lines = [json.loads(line) for line in replies.read_text().splitlines() if line.strip()]
+    result: dict[str, Any] = {"corpus": corpus, "answers": len(lines), "policy": args.policy, "cpus": os.cpu_count()}
     try:
         from compile_bench import run_meta
 
@@ -106,7 +105,6 @@ def main(argv: Optional[list[str]] = None) -> int:
                 tasks[task["name"]] = task
     result["batch_verdicts"] = {name: facts(v) + [v.details.build.seconds] for name, v in batch.items()}
     save()
-    lines = [json.loads(line) for line in replies.read_text().splitlines() if line.strip()]
     by_name = {f"{Path(line['task']).parent.name}/{Path(line['task']).stem}": line for line in lines}
     alone: dict[str, Any] = {}
     for name in spread(sorted(batch, key=lambda n: (n.split("/")[0], int(n.split("/")[1].split("_")[0]))),

@@ -76,7 +76,7 @@ def compile_beside(root: Path, tc: Toolchain, apart: list[Step], files: dict[str
 
     def compile_once() -> None:  # a build that started beside us may have kept these meanwhile
         with key_lock(root, apart):
-            if copy_in(apart, root / OBJECTS, folder, kept=True):
+            if not reuse(root, apart, folder):  # every one kept meanwhile: copied, nothing to compile
                 done.append(NinjaRun(True, ""))
                 return
             ran = ninja(folder, shared_log, ())
@@ -104,16 +104,9 @@ def compile_beside(root: Path, tc: Toolchain, apart: list[Step], files: dict[str
     return NinjaRun(link.ok, output + link.output, link.timed_out)
 
 
-def copy_in(steps: list[Step], folder: Path, work: Path, kept: bool = False) -> bool:
-    """Copy each step's object from ``folder`` (where it was compiled apart; ``kept``: the store,
-    ``objects/``) into ``work``; False as soon as one is missing."""
-    for step in steps:
-        source = folder / (step.shared_key or "") / OBJECT_FILE if kept else folder / step.output
-        if not _copy_regular(source, work / step.output):
-            return False
-        if kept:
-            touch([source.parent])
-    return True
+def copy_in(steps: list[Step], folder: Path, work: Path) -> bool:
+    """Copy each step's object from ``folder`` (where it was compiled apart) into ``work``."""
+    return all(_copy_regular(folder / step.output, work / step.output) for step in steps)
 
 
 @contextlib.contextmanager
